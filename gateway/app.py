@@ -1,0 +1,84 @@
+"""The Litestar app factory: ``create_app(settings)``.
+
+Everything the app needs is built from ``settings`` at startup (the WAL is opened and migrated,
+the sync service created) and released at shutdown. Nothing is read from the environment here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Litestar
+from litestar.exceptions import HTTPException
+
+from lakesync_platform.core.errors import LakeSyncError
+from lakesync_platform.wal.service import SyncService
+from lakesync_platform.wal.store import WriteAheadLog
+
+from .errors import handle_http_exception, handle_lakesync_error
+from .metrics import Metrics
+from .middleware import ProtocolHeadersMiddleware
+from .ratelimit import RateLimiter
+from .routes import ROUTES
+from .settings import GatewaySettings
+from .state import GatewayState
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def create_app(
+    settings: GatewaySettings,
+    *,
+    clock: Callable[[], int] | None = None,
+    wal: WriteAheadLog | None = None,
+) -> ProtocolHeadersMiddleware:
+    """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests."""
+    wall = clock or _wall_ms
+
+    def startup(app: Litestar) -> None:
+        store = wal or WriteAheadLog.open(settings.wal_url, now_ms=wall())
+        limiter = (
+            RateLimiter(settings.rate_limit, settings.rate_window_s)
+            if settings.rate_limit
+            else None
+        )
+        app.state.gateway = GatewayState(
+            settings=settings,
+            wal=store,
+            service=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+            metrics=Metrics(),
+            limiter=limiter,
+            clock=wall,
+        )
+        log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
+
+    def shutdown(app: Litestar) -> None:
+        state: GatewayState | None = getattr(app.state, "gateway", None)
+        if state is not None and wal is None:
+            state.wal.close()
+
+    handlers: dict[Any, Any] = {
+        LakeSyncError: handle_lakesync_error,
+        HTTPException: handle_http_exception,
+        Exception: handle_http_exception,
+    }
+    app = Litestar(
+        route_handlers=ROUTES,
+        on_startup=[startup],
+        on_shutdown=[shutdown],
+        exception_handlers=handlers,
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=None,
+        debug=False,
+    )
+    # Wraps the whole app (not per route) so 301s, OPTIONS and 404s get the protocol's headers.
+    return ProtocolHeadersMiddleware(app, settings.allowed_origins)

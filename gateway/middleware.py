@@ -1,0 +1,96 @@
+"""ASGI middleware: request ids, security and CORS headers, preflight, unversioned redirects."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from litestar import Litestar
+from litestar.types import Message, Receive, Scope, Send
+
+__all__ = ["ProtocolHeadersMiddleware"]
+
+_SECURITY = [
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"strict-transport-security", b"max-age=31536000; includeSubDomains"),
+]
+_NO_STORE = ("/sync/", "/admin/", "/v1/sync/", "/v1/admin/")
+_UNVERSIONED = ("/sync/", "/admin/")
+
+
+class ProtocolHeadersMiddleware:
+    """Everything PROTOCOL.md §4.4 puts on every response, plus 301s and OPTIONS → 204."""
+
+    def __init__(self, app: Litestar, allowed_origins: tuple[str, ...] | None) -> None:
+        self.app = app
+        self.allowed_origins = allowed_origins
+
+    def _cors(self, origin: str | None) -> list[tuple[bytes, bytes]]:
+        if self.allowed_origins is None:
+            allow = origin or "*"
+        elif origin is not None and origin in self.allowed_origins:
+            allow = origin
+        else:
+            return []
+        return [
+            (b"access-control-allow-origin", allow.encode("latin-1")),
+            (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
+            (b"access-control-allow-headers", b"Authorization, Content-Type, X-Request-Id"),
+            (b"access-control-expose-headers", b"X-Request-Id, X-Checkpoint-Hlc"),
+            (b"access-control-max-age", b"86400"),
+            (b"vary", b"Origin"),
+        ]
+
+    @property
+    def state(self) -> Any:
+        """The wrapped Litestar app's state (``state.gateway`` after startup)."""
+        return self.app.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        incoming = headers.get(b"x-request-id", b"").decode("latin-1")
+        request_id = incoming if 0 < len(incoming) <= 128 else str(uuid.uuid4())
+        scope["lakesync.request_id"] = request_id  # type: ignore[typeddict-unknown-key]
+        origin_raw = headers.get(b"origin")
+        origin = origin_raw.decode("latin-1") if origin_raw else None
+        path: str = scope["path"]
+        extra: list[tuple[bytes, bytes]] = [(b"x-request-id", request_id.encode("latin-1"))]
+        extra += _SECURITY
+        extra += self._cors(origin)
+        if path.startswith(_NO_STORE):
+            extra.append((b"cache-control", b"no-store"))
+        if path.startswith("/v1/"):
+            extra.append((b"api-version", b"v1"))
+
+        if scope["method"] == "OPTIONS":
+            await _respond(send, 204, extra, b"")
+            return
+        if path.startswith(_UNVERSIONED) or path == "/connectors/types":
+            location = ("/v1" + path).encode("latin-1")
+            await _respond(
+                send, 301, [*extra, (b"location", location), (b"sunset", b"2026-06-01")], b""
+            )
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+async def _respond(
+    send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
+    start: Any = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [*headers, (b"content-length", str(len(body)).encode())],
+    }
+    await send(start)
+    await send({"type": "http.response.body", "body": body})

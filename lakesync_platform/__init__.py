@@ -1,0 +1,1 @@
+"""LakeSync Platform: a Python data-sync platform speaking LakeSync protocol v1."""

@@ -1,0 +1,65 @@
+"""The Python client SDK: local SQLite, tracker, persistent outbox, sync engine, transports.
+
+::
+
+    from lakesync_platform.client import GatewayConfig, create_client
+
+    client = create_client(
+        name="notes",
+        schemas=[{"table": "notes", "columns": [{"name": "text", "type": "string"}]}],
+        client_id="alice",
+        gateway=GatewayConfig(url="http://127.0.0.1:8787", gateway_id="demo", token=jwt),
+    )
+    client.tracker.insert("notes", "n1", {"text": "hello"})   # local, instant, queued
+    client.coordinator.sync_once()                           # pull all pages, then push
+    client.close()
+
+See ``docs/client.md`` for the whole API and the guarantees behind it.
+"""
+
+from ._client import GatewayConfig, LakeSyncClient, create_client, system_clock_ms
+from ._coordinator import SyncCoordinator, SyncMode, SyncReport
+from ._db import LocalDB
+from ._errors import DeadLetterError, RowExistsError, RowNotFoundError, TransportError
+from ._http import HttpTransport
+from ._outbox import Outbox, OutboxEntry, backoff_ms
+from ._schemas import SchemaRegistry, SchemaSynchroniser
+from ._tracker import SyncTracker
+from ._transport import (
+    Checkpoint,
+    InProcessTransport,
+    OfflineTransport,
+    PullResponse,
+    PushAck,
+    Transport,
+)
+from ._watch import QueryWatch
+
+__all__ = [
+    "Checkpoint",
+    "DeadLetterError",
+    "GatewayConfig",
+    "HttpTransport",
+    "InProcessTransport",
+    "LakeSyncClient",
+    "LocalDB",
+    "OfflineTransport",
+    "Outbox",
+    "OutboxEntry",
+    "PullResponse",
+    "PushAck",
+    "QueryWatch",
+    "RowExistsError",
+    "RowNotFoundError",
+    "SchemaRegistry",
+    "SchemaSynchroniser",
+    "SyncCoordinator",
+    "SyncMode",
+    "SyncReport",
+    "SyncTracker",
+    "Transport",
+    "TransportError",
+    "backoff_ms",
+    "create_client",
+    "system_clock_ms",
+]

@@ -1,0 +1,206 @@
+"""The JSON wire codec of protocol v1 (PROTOCOL.md §1.2, §4.2, §4.3).
+
+HLCs and cursors travel as decimal strings. A push body is decoded and validated in one pass;
+errors carry the protocol's codes: malformed input → :class:`ValidationError` (400), a table or
+column name that is not a safe identifier → :class:`SchemaError` (422).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .delta import DELETE, OPS, ColumnDelta, RowDelta, check_identifier
+from .errors import ValidationError
+from .hlc import MAX_HLC
+
+__all__ = [
+    "MAX_DELTAS_PER_PUSH",
+    "MAX_ID_LENGTH",
+    "PushBody",
+    "decode_json",
+    "decode_push",
+    "delta_to_wire",
+    "deltas_to_wire",
+    "encode_json",
+    "parse_hlc",
+    "parse_pull_limit",
+    "parse_since",
+]
+
+MAX_DELTAS_PER_PUSH = 10_000
+MAX_ID_LENGTH = 1024
+DEFAULT_PULL_LIMIT = 100
+MAX_PULL_LIMIT = 10_000
+
+_HLC_RE = re.compile(r"[0-9]{1,20}")
+_DEC_RE = re.compile(r"[+-]?[0-9]+")
+_LIMIT_RE = re.compile(r"\s*([+-]?[0-9]+)")
+
+
+class _Column(msgspec.Struct):
+    column: str
+    value: Any
+
+
+class _Delta(msgspec.Struct):
+    op: str
+    table: str
+    rowId: str
+    clientId: str
+    columns: list[_Column]
+    hlc: str
+    deltaId: str
+
+
+class _Push(msgspec.Struct):
+    clientId: str
+    deltas: list[_Delta]
+    lastSeenHlc: Any = None
+
+
+_push_decoder = msgspec.json.Decoder(_Push)
+_encoder = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True, slots=True)
+class PushBody:
+    """A decoded, validated push."""
+
+    client_id: str
+    deltas: list[RowDelta]
+
+
+def parse_hlc(value: object, field: str = "hlc") -> int:
+    """An HLC from its wire form: a decimal string in ``[0, 2**64)``."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a decimal string, got {type(value).__name__}")
+    if _HLC_RE.fullmatch(value) is None:
+        raise ValidationError(f"{field} must be a decimal integer string, got {value[:40]!r}")
+    parsed = int(value)
+    if parsed > MAX_HLC:
+        raise ValidationError(f"{field} is out of range (max {MAX_HLC})")
+    return parsed
+
+
+def _check_id(value: str, what: str) -> None:
+    if not value:
+        raise ValidationError(f"{what} must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValidationError(f"{what} is longer than {MAX_ID_LENGTH} characters")
+
+
+def decode_push(body: bytes) -> PushBody:
+    """Decode and validate a push body (whole batch; nothing is partially accepted)."""
+    try:
+        raw = _push_decoder.decode(body)
+    except msgspec.DecodeError as exc:
+        if isinstance(exc, msgspec.ValidationError):
+            text = str(exc)
+            if "missing required field `clientId`" in text or (
+                "missing required field `deltas`" in text
+            ):
+                raise ValidationError("Missing required fields: clientId, deltas") from None
+            if text.endswith("at `$.deltas`") or text.startswith("Expected `object`"):
+                raise ValidationError("Missing required fields: clientId, deltas") from None
+            raise ValidationError(f"Invalid push body: {text}") from None
+        raise ValidationError("Invalid JSON body") from None
+    if len(raw.deltas) > MAX_DELTAS_PER_PUSH:
+        raise ValidationError("Too many deltas in a single push (max 10,000)")
+    _check_id(raw.clientId, "clientId")
+    deltas: list[RowDelta] = []
+    for i, d in enumerate(raw.deltas):
+        where = f"deltas[{i}]"
+        if d.op not in OPS:
+            raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE")
+        check_identifier(d.table, "table")
+        _check_id(d.rowId, f"{where}.rowId")
+        _check_id(d.clientId, f"{where}.clientId")
+        _check_id(d.deltaId, f"{where}.deltaId")
+        hlc = parse_hlc(d.hlc, f"{where}.hlc")
+        if d.op == DELETE and d.columns:
+            raise ValidationError(f"{where}: a DELETE carries no columns")
+        names: set[str] = set()
+        for col in d.columns:
+            check_identifier(col.column, "column")
+            if col.column in names:
+                raise ValidationError(f'{where}: column "{col.column}" appears twice')
+            names.add(col.column)
+        deltas.append(
+            RowDelta(
+                d.op,
+                d.table,
+                d.rowId,
+                d.clientId,
+                tuple(ColumnDelta(c.column, c.value) for c in d.columns),
+                hlc,
+                d.deltaId,
+            )
+        )
+    return PushBody(raw.clientId, deltas)
+
+
+def parse_since(value: str | None) -> int:
+    """The pull cursor: required, BigInt-parsable (decimal, ``0x…``; blank = 0), clamped at 0."""
+    if value is None:
+        raise ValidationError("Missing required query params: since, clientId")
+    text = value.strip()
+    if text == "":
+        return 0
+    try:
+        if text[:2].lower() in ("0x", "0o", "0b"):
+            parsed = int(text, 0)
+        elif _DEC_RE.fullmatch(text):
+            parsed = int(text)
+        else:
+            raise ValueError(text)
+    except ValueError:
+        raise ValidationError("Invalid 'since' parameter — must be a decimal integer") from None
+    if parsed > MAX_HLC:
+        raise ValidationError("Invalid 'since' parameter — must be a decimal integer")
+    return max(parsed, 0)
+
+
+def parse_pull_limit(value: str | None) -> int:
+    """``limit`` as ``parseInt`` reads it (``"10abc"`` → 10), default 100, clamped to 10 000."""
+    if value is None:
+        return DEFAULT_PULL_LIMIT
+    m = _LIMIT_RE.match(value)
+    if m is None or int(m.group(1)) < 1:
+        raise ValidationError("Invalid 'limit' parameter — must be a positive integer")
+    return min(int(m.group(1)), MAX_PULL_LIMIT)
+
+
+def delta_to_wire(d: RowDelta) -> dict[str, Any]:
+    """A delta in its JSON wire shape (key order as the reference emits it)."""
+    return {
+        "op": d.op,
+        "table": d.table,
+        "rowId": d.row_id,
+        "clientId": d.client_id,
+        "columns": [{"column": c.column, "value": c.value} for c in d.columns],
+        "hlc": str(d.hlc),
+        "deltaId": d.delta_id,
+    }
+
+
+def deltas_to_wire(deltas: Iterable[RowDelta]) -> list[dict[str, Any]]:
+    """:func:`delta_to_wire` over many deltas."""
+    return [delta_to_wire(d) for d in deltas]
+
+
+def encode_json(value: Any) -> bytes:
+    """Compact JSON bytes (msgspec)."""
+    return _encoder.encode(value)
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse a JSON body or raise the protocol's ``Invalid JSON body``."""
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        raise ValidationError("Invalid JSON body") from None

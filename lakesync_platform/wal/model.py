@@ -1,0 +1,81 @@
+"""Plain records the write-ahead log hands out (no I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core.delta import ColumnDelta, RowDelta
+
+__all__ = ["FlushRequest", "GatewayStats", "PullPage", "PushResult", "WalEntry"]
+
+
+@dataclass(frozen=True, slots=True)
+class WalEntry:
+    """One accepted change, as appended to the log.
+
+    ``cursor`` is the server-assigned, strictly increasing ingest cursor (per gateway).
+    ``columns`` are the *effective* columns (the ones the delta won); ``op`` is ``INSERT`` (the
+    row became live), ``UPDATE`` or ``DELETE``. ``hlc``/``client_id``/``delta_id`` are the
+    writer's. ``ingest_ms`` is the server's wall clock at commit.
+    """
+
+    cursor: int
+    delta_id: str
+    table: str
+    row_id: str
+    op: str
+    client_id: str
+    hlc: int
+    columns: tuple[ColumnDelta, ...]
+    ingest_ms: int
+    size: int
+
+    def to_delta(self) -> RowDelta:
+        """The entry as a row delta (its effective columns only)."""
+        return RowDelta(
+            self.op, self.table, self.row_id, self.client_id, self.columns, self.hlc, self.delta_id
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """Outcome of one push: ``accepted`` counts new and duplicate deltas; ``entries`` were added."""
+
+    accepted: int
+    duplicates: int
+    entries: tuple[WalEntry, ...]
+    server_hlc: int
+
+
+@dataclass(frozen=True, slots=True)
+class PullPage:
+    """One page of a pull: wire-ready delta dicts, the cursor to resume from, and ``has_more``."""
+
+    deltas: list[dict[str, object]]
+    server_hlc: int
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStats:
+    """Counters for one gateway id (admin metrics, backpressure)."""
+
+    gateway_id: str
+    max_cursor: int
+    flush_watermark: int
+    backlog_entries: int
+    backlog_bytes: int
+    row_count: int
+    live_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A request to flush a gateway's WAL to the lake, made through the admin route."""
+
+    request_id: str
+    gateway_id: str
+    requested_ms: int
+    status: str
+    detail: str | None
+    updated_ms: int

@@ -1,0 +1,444 @@
+"""Push and pull: the sync logic between the protocol and the WAL.
+
+Push (ARCHITECTURE.md §3): validate every delta (schema, drift) before writing anything; then,
+in one transaction under the gateway's lock, drop already-accepted ``deltaId``s (forever),
+merge each delta into row state by per-column LWW, append the *effective* change with the next
+ingest cursor, and commit. A row where the pusher's write lost (wholly or in part), or that it
+pushed again, is re-announced at a fresh cursor so the pusher re-reads the winning state.
+
+Pull (ARCHITECTURE.md §4): pages are cut from **row state** in cursor order — every row whose
+last change is after ``since`` appears once, whole, as it is now. That is what makes any
+cursor safe: a client that re-pulls an old cursor, ignores ``hasMore``, or restarts from 0
+receives current rows, never a stale value. Sync rules are evaluated on the row as it is now,
+with the caller's claims.
+
+Encoding for clients without per-column stamps (the TypeScript client, PROTOCOL.md §12): a live
+row in the view is sent as two deltas — ``DELETE`` stamped ``0`` followed by a full-row
+``INSERT`` stamped with the row's newest stamp. The ``0``-stamped delete loses to any pending
+local change and otherwise clears the row, so the ``INSERT`` never hits an existing row; when a
+pending local change loses to the row, the TS applier turns the ``INSERT`` into an ``UPDATE``
+(pending ``UPDATE``) or applies it (pending ``DELETE``, none), and the row ends equal to the
+server's. A row deleted or out of the view is one ``DELETE`` stamped with its newest stamp —
+sent only to clients that may hold it (tracked per client when sync rules filter the table).
+Clients that keep per-column stamps ask for ``stamped`` pages: one delta per row with every
+column's stamp (see docs/protocol.md).
+
+The push response's ``serverHlc`` is the cursor the client last pulled from: the TS client
+sets its cursor to it, and it must never jump past entries the client has not received.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..core.delta import DELETE, INSERT, RowDelta
+from ..core.errors import BackpressureError, ClockDriftError, ForbiddenError
+from ..core.hlc import MAX_DRIFT_MS, decode
+from ..core.merge import RowState, merge_delta
+from ..core.schema import TableSchema, check_delta
+from ..core.sync_rules import Claims, ClientView, SyncRules, sync_rules_to_json
+from .model import PullPage, PushResult, WalEntry
+from .store import RowRecord, StoredRow, WriteAheadLog
+
+__all__ = ["POSITION_BITS", "SyncService", "compose_cursor", "split_cursor"]
+
+POSITION_BITS = 40
+"""Low bits of a pull cursor hold the ingest position; the bits above hold the view tag."""
+_POSITION_MASK = (1 << POSITION_BITS) - 1
+_TAG_BITS = 22
+_SCAN_CHUNK = 2000
+_CONFIG_TTL_S = 1.0
+
+
+def compose_cursor(tag: int, position: int) -> int:
+    """A pull cursor: the view tag (0 without filtering rules) above the ingest position."""
+    return (tag << POSITION_BITS) | position
+
+
+def split_cursor(cursor: int) -> tuple[int, int]:
+    """Inverse of :func:`compose_cursor`."""
+    return cursor >> POSITION_BITS, cursor & _POSITION_MASK
+
+
+def _estimate_bytes(d: RowDelta) -> int:
+    """The reference's delta size estimate (PROTOCOL.md §10.1), for backlog accounting."""
+    size = 33 + len(d.delta_id) + 2 * (len(d.table) + len(d.row_id) + len(d.client_id))
+    for col in d.columns:
+        v = col.value
+        if v is None or isinstance(v, bool):
+            vb = 4
+        elif isinstance(v, int | float):
+            vb = 8
+        elif isinstance(v, str):
+            vb = 2 * len(v)
+        else:
+            vb = len(msgspec.json.encode(v))
+        size += 2 * len(col.column) + vb
+    return size
+
+
+@dataclass
+class _GatewayConfig:
+    """A gateway's schemas, rules and known columns, cached for ``_CONFIG_TTL_S``."""
+
+    schemas: dict[str, TableSchema]
+    versions: dict[str, int]
+    rules: SyncRules | None
+    rules_key: bytes
+    columns: dict[str, list[str]]
+    loaded: float
+    has_filters: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.has_filters = self.rules is not None and any(b.filters for b in self.rules.buckets)
+
+    def full_columns(self, table: str) -> list[str]:
+        """Every column a delivered row of ``table`` carries (``null`` where the row has none)."""
+        schema = self.schemas.get(table)
+        if schema is not None:
+            return list(schema.column_names)
+        return self.columns.get(table, [])
+
+    def view_tag(self, claims: Claims) -> int:
+        """0 without filtering rules; else a hash of the rules and the caller's claims."""
+        if not self.has_filters:
+            return 0
+        h = hashlib.sha256(self.rules_key)
+        for k in sorted(claims):
+            v = claims[k]
+            h.update(b"\0" + k.encode() + b"\1")
+            h.update("\2".join([v] if isinstance(v, str) else list(v)).encode())
+        return (int.from_bytes(h.digest()[:4], "big") & ((1 << _TAG_BITS) - 1)) | 1
+
+
+def _delivery_id(kind: bytes, key: str, position: int) -> str:
+    return hashlib.sha256(kind + key.encode() + b"\0" + str(position).encode()).hexdigest()
+
+
+class SyncService:
+    """Push and pull against a :class:`WriteAheadLog`; one instance serves every gateway id."""
+
+    def __init__(
+        self,
+        wal: WriteAheadLog,
+        clock: Callable[[], int],
+        *,
+        max_backlog_bytes: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.wal = wal
+        self._clock = clock
+        self._monotonic = monotonic
+        self.max_backlog_bytes = max_backlog_bytes
+        self._configs: dict[str, _GatewayConfig] = {}
+        self._lock = threading.Lock()
+        self._recorded_since: dict[tuple[str, str], int] = {}
+
+    # ------------------------------------------------------------------ config
+
+    def config(self, gw: str, *, fresh: bool = False) -> _GatewayConfig:
+        """The gateway's config (schemas, rules, known columns), reloaded every second."""
+        cached = self._configs.get(gw)
+        if cached is not None and not fresh and self._monotonic() - cached.loaded < _CONFIG_TTL_S:
+            return cached
+        rules = self.wal.sync_rules(gw)
+        cfg = _GatewayConfig(
+            schemas=self.wal.schemas(gw),
+            versions=self.wal.schema_versions(gw),
+            rules=rules,
+            rules_key=b"" if rules is None else msgspec.json.encode(sync_rules_to_json(rules)),
+            columns=self.wal.table_columns(gw),
+            loaded=self._monotonic(),
+        )
+        self._configs[gw] = cfg
+        return cfg
+
+    def save_schema(self, gw: str, schema: TableSchema) -> TableSchema:
+        """Register or evolve a table schema (additive only)."""
+        stored = self.wal.save_schema(gw, schema, self._clock())
+        self.config(gw, fresh=True)
+        return stored
+
+    def save_sync_rules(self, gw: str, rules: SyncRules) -> None:
+        """Replace the gateway's sync rules; clients re-sync their view on their next pull."""
+        self.wal.save_sync_rules(gw, rules, self._clock())
+        self.config(gw, fresh=True)
+
+    # ------------------------------------------------------------------ push
+
+    def push(
+        self,
+        gw: str,
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        *,
+        claims: Claims | None = None,
+        any_client_ids: bool = False,
+    ) -> PushResult:
+        """Accept a batch whole or reject it whole; see the module docstring."""
+        now = self._clock()
+        cfg = self.config(gw)
+        for d in deltas:
+            if not any_client_ids and d.client_id != client_id:
+                raise ForbiddenError(
+                    f'Delta clientId "{d.client_id}" does not match the push clientId'
+                )
+            schema = cfg.schemas.get(d.table)
+            if schema is not None:
+                check_delta(schema, d, version=cfg.versions.get(d.table, 1))
+            drift = decode(d.hlc)[0] - now
+            if drift > MAX_DRIFT_MS:
+                raise ClockDriftError(
+                    f"Remote clock is {drift}ms ahead (max drift: {MAX_DRIFT_MS}ms)"
+                )
+        view = ClientView(cfg.rules, claims or {}) if cfg.has_filters else None
+        new_columns: list[tuple[str, str]] = []
+        with self.wal.write() as conn:
+            lock = self.wal.lock_gateway(conn, gw, now)
+            if (
+                self.max_backlog_bytes is not None
+                and lock.appended_bytes - lock.flushed_bytes >= self.max_backlog_bytes
+            ):
+                backlog = lock.appended_bytes - lock.flushed_bytes
+                raise BackpressureError(
+                    f"WAL backlog exceeded ({backlog} >= {self.max_backlog_bytes} bytes); "
+                    "retry after the next flush"
+                )
+            seen = self.wal.known_delta_ids(conn, gw, [d.delta_id for d in deltas])
+            keys = list(dict.fromkeys(d.key for d in deltas))
+            states: dict[str, RowState] = self.wal.load_rows(conn, gw, keys)
+            cursor = lock.last_cursor
+            entries: list[WalEntry] = []
+            positions: dict[str, int] = {}
+            rows_of: dict[str, RowDelta] = {}
+            bump: dict[str, None] = {}
+            new_ids: list[str] = []
+            duplicates = 0
+            added_bytes = 0
+            known = {tbl: set(cols) for tbl, cols in cfg.columns.items()}
+            for d in deltas:
+                key = d.key
+                if d.delta_id in seen:
+                    duplicates += 1
+                    if key in states:
+                        bump[key] = None
+                        rows_of.setdefault(key, d)
+                    continue
+                seen.add(d.delta_id)
+                new_ids.append(d.delta_id)
+                outcome = merge_delta(states.get(key), d)
+                states[key] = outcome.state
+                rows_of[key] = d
+                if outcome.op is not None:
+                    cursor += 1
+                    size = _estimate_bytes(d)
+                    added_bytes += size
+                    entries.append(
+                        WalEntry(
+                            cursor,
+                            d.delta_id,
+                            d.table,
+                            d.row_id,
+                            outcome.op,
+                            d.client_id,
+                            d.hlc,
+                            outcome.columns,
+                            now,
+                            size,
+                        )
+                    )
+                    positions[key] = cursor
+                if outcome.op is None or (
+                    d.op != DELETE and len(outcome.columns) < len({c.column for c in d.columns})
+                ):
+                    bump[key] = None
+                if d.op != DELETE:
+                    table_known = known.setdefault(d.table, set())
+                    for col in d.columns:
+                        if col.column not in table_known:
+                            table_known.add(col.column)
+                            new_columns.append((d.table, col.column))
+            for key in bump:
+                cursor += 1
+                positions[key] = cursor
+            rows = [
+                StoredRow(key, rows_of[key].table, rows_of[key].row_id, states[key], pos)
+                for key, pos in positions.items()
+            ]
+            self.wal.write_push(
+                conn,
+                gw,
+                entries=entries,
+                rows=rows,
+                new_delta_ids=new_ids,
+                last_cursor=cursor,
+                added_bytes=added_bytes,
+                new_columns=new_columns,
+            )
+            if view is not None:
+                marks = {
+                    d.key: RowRecord(d.op != DELETE, 0)
+                    for d in deltas
+                    if not view.table_unfiltered(d.table)
+                }
+                self.wal.save_client_records(conn, gw, client_id, marks)
+            last_since = self.wal.last_since(conn, gw, client_id)
+        if new_columns:
+            for tbl, name in new_columns:
+                cfg.columns.setdefault(tbl, []).append(name)
+        return PushResult(len(deltas), duplicates, tuple(entries), last_since or 0)
+
+    # ------------------------------------------------------------------ pull
+
+    def pull(
+        self,
+        gw: str,
+        client_id: str,
+        since: int,
+        limit: int,
+        *,
+        claims: Claims | None = None,
+        stamped: bool = False,
+    ) -> PullPage:
+        """One page of rows changed after cursor ``since``, as this client may see them."""
+        claims = claims or {}
+        cfg = self.config(gw)
+        view = ClientView(cfg.rules, claims)
+        tag = cfg.view_tag(claims)
+        since_tag, since_pos = split_cursor(max(since, 0))
+        resync = since_tag != tag
+        start = 0 if resync else since_pos
+        self._record_pull(gw, client_id, max(since, 0))
+
+        out: list[dict[str, Any]] = []
+        pending_marks: list[tuple[str, bool]] = []
+        last_pos = start
+        has_more = False
+        per_row = 1 if stamped else 2
+        with self.wal.read() as conn:
+            after = start
+            while True:
+                chunk = self.wal.scan_rows(conn, gw, after, _SCAN_CHUNK)
+                if not chunk:
+                    break
+                tracked = [
+                    r.row_key
+                    for r in chunk
+                    if cfg.has_filters and not view.table_unfiltered(r.table)
+                ]
+                records = self.wal.client_records(conn, gw, client_id, tracked) if tracked else {}
+                for row in chunk:
+                    if not view.table_visible(row.table):
+                        last_pos = row.position
+                        continue
+                    values = row.state.values() if row.state.live else None
+                    visible = values is not None and view.row_visible(row.table, values)
+                    filtered = cfg.has_filters and not view.table_unfiltered(row.table)
+                    if not visible and filtered:
+                        rec = records.get(row.row_key)
+                        may_hold = rec is not None and (rec.held or rec.at_cursor > since_pos)
+                        if not may_hold:
+                            last_pos = row.position
+                            continue
+                    need = per_row if visible else 1
+                    if out and len(out) + need > limit:
+                        has_more = True
+                        break
+                    out.extend(self._encode_row(cfg, row, visible, stamped))
+                    if filtered:
+                        pending_marks.append((row.row_key, visible))
+                    last_pos = row.position
+                if has_more or len(chunk) < _SCAN_CHUNK:
+                    break
+                after = chunk[-1].position
+        server_cursor = compose_cursor(tag, last_pos)
+        if pending_marks:
+            marks = {key: RowRecord(held, last_pos) for key, held in pending_marks}
+            with self.wal.write() as conn:
+                self.wal.save_client_records(conn, gw, client_id, marks)
+        return PullPage(out, server_cursor, has_more)
+
+    def _record_pull(self, gw: str, client_id: str, since: int) -> None:
+        key = (gw, client_id)
+        if self._recorded_since.get(key) == since:
+            return
+        self.wal.record_pull(gw, client_id, since, self._clock())
+        with self._lock:
+            if len(self._recorded_since) > 100_000:
+                self._recorded_since.clear()
+            self._recorded_since[key] = since
+
+    def _encode_row(
+        self, cfg: _GatewayConfig, row: StoredRow, visible: bool, stamped: bool
+    ) -> list[dict[str, Any]]:
+        state = row.state
+        hlc, client = state.newest_stamp()
+        if not visible:
+            return [
+                {
+                    "op": DELETE,
+                    "table": row.table,
+                    "rowId": row.row_id,
+                    "clientId": client,
+                    "columns": [],
+                    "hlc": str(hlc),
+                    "deltaId": _delivery_id(b"D", row.row_key, row.position),
+                }
+            ]
+        names = cfg.full_columns(row.table)
+        extra = [n for n in state.columns if n not in set(names)] if names else list(state.columns)
+        if stamped:
+            columns = [
+                {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
+                for n in (*names, *extra)
+                if (c := state.columns.get(n)) is not None
+            ]
+            return [
+                {
+                    "op": INSERT,
+                    "table": row.table,
+                    "rowId": row.row_id,
+                    "clientId": client,
+                    "columns": columns,
+                    "hlc": str(hlc),
+                    "deltaId": _delivery_id(b"S", row.row_key, row.position),
+                    "deleteHlc": str(state.delete_hlc),
+                    "deleteClientId": state.delete_client,
+                }
+            ]
+        cols = state.columns
+        full = [
+            {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}
+            for n in (*names, *extra)
+        ]
+        return [
+            {
+                "op": DELETE,
+                "table": row.table,
+                "rowId": row.row_id,
+                "clientId": client,
+                "columns": [],
+                "hlc": "0",
+                "deltaId": _delivery_id(b"C", row.row_key, row.position),
+            },
+            {
+                "op": INSERT,
+                "table": row.table,
+                "rowId": row.row_id,
+                "clientId": client,
+                "columns": full,
+                "hlc": str(hlc),
+                "deltaId": _delivery_id(b"I", row.row_key, row.position),
+            },
+        ]
+
+    def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
+        """The gateway's current row state of ``table`` (tests, checks, admin)."""
+        return dict(self.wal.row_states(gw, table))

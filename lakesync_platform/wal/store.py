@@ -1,0 +1,658 @@
+"""The durable write-ahead log and config store, on SQLAlchemy Core.
+
+One :class:`WriteAheadLog` serves any number of gateway ids, isolated by key. Backends:
+
+* SQLite (embedded default): one file in WAL journal mode, ``synchronous=FULL``; writes take
+  the database lock up front (``BEGIN IMMEDIATE``), reads run on their own connections.
+* PostgreSQL: any number of gateway processes may share one database. A push locks its
+  gateway's row in ``wal_gateways`` (``SELECT … FOR UPDATE``) before it reads anything, so
+  pushes to one gateway are serialised and commit in cursor order: a reader never sees cursor
+  ``n+1`` committed without ``n``.
+
+This module does I/O only; what to write is decided by :mod:`lakesync_platform.wal.service`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from sqlalchemy import Connection, Engine, create_engine, delete, event, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..core.delta import ColumnDelta
+from ..core.errors import AdapterError
+from ..core.merge import RowState, decode_row_state
+from ..core.schema import TableSchema, evolve_schema, parse_table_schema, table_schema_to_json
+from ..core.sync_rules import SyncRules, parse_sync_rules, sync_rules_to_json
+from . import tables as t
+from .model import FlushRequest, GatewayStats, WalEntry
+
+__all__ = ["GatewayLock", "RowRecord", "StoredRow", "WriteAheadLog"]
+
+log = logging.getLogger(__name__)
+
+_CHUNK = 500
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayLock:
+    """A gateway's counters, read under its write lock at the start of a push."""
+
+    gateway_id: str
+    last_cursor: int
+    appended_bytes: int
+    flushed_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """A row as stored: its key, table, id, state, and the cursor of its last change."""
+
+    row_key: str
+    table: str
+    row_id: str
+    state: RowState
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """What a client holds of a row: ``held`` once it applied the page ending at ``at_cursor``."""
+
+    held: bool
+    at_cursor: int
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def encode_columns(columns: Sequence[ColumnDelta]) -> str:
+    """Columns as the WAL stores them: a JSON array of ``{"column", "value"}``."""
+    return _json_encode([{"column": c.column, "value": c.value} for c in columns]).decode()
+
+
+def decode_columns(text: str) -> tuple[ColumnDelta, ...]:
+    """Inverse of :func:`encode_columns`."""
+    return tuple(ColumnDelta(c["column"], c["value"]) for c in _json_decode(text))
+
+
+class WriteAheadLog:
+    """The accepted-change log, row state, delivery state and config store of every gateway."""
+
+    def __init__(self, write_engine: Engine, read_engine: Engine, url: str) -> None:
+        self._write = write_engine
+        self._read = read_engine
+        self.url = url
+        self.dialect = write_engine.dialect.name
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, url: str, *, now_ms: int = 0, pool_size: int = 8) -> WriteAheadLog:
+        """Open (and migrate) the WAL at ``url``: ``sqlite:///PATH`` or ``postgresql+psycopg://…``."""
+        if url.startswith("postgresql://"):
+            url = "postgresql+psycopg://" + url[len("postgresql://") :]
+        try:
+            if url.startswith("sqlite"):
+                write_engine = create_engine(url, pool_size=4, max_overflow=8)
+                read_engine = create_engine(url, pool_size=8, max_overflow=16)
+                _configure_sqlite(write_engine, immediate=True)
+                _configure_sqlite(read_engine, immediate=False)
+            elif url.startswith("postgresql"):
+                write_engine = create_engine(url, pool_size=pool_size, pool_pre_ping=True)
+                read_engine = write_engine
+            else:
+                raise AdapterError(f"Unsupported WAL URL {url!r}: use sqlite:/// or postgresql://")
+            wal = cls(write_engine, read_engine, url)
+            wal._migrate(now_ms)
+        except SQLAlchemyError as exc:
+            raise AdapterError(f"Cannot open the WAL at {_redact(url)}: {exc}") from exc
+        return wal
+
+    def _migrate(self, now_ms: int) -> None:
+        with self.write() as conn:
+            if self.dialect == "postgresql":
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7226001)")
+            t.migrate(conn, now_ms)
+
+    def close(self) -> None:
+        """Release every connection."""
+        self._write.dispose()
+        if self._read is not self._write:
+            self._read.dispose()
+
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """A write transaction (commits on success, rolls back on any exception)."""
+        try:
+            with self._write.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise AdapterError(f"WAL write failed: {exc.__class__.__name__}: {exc}") from exc
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A read-only transaction (one snapshot on SQLite)."""
+        try:
+            with self._read.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise AdapterError(f"WAL read failed: {exc.__class__.__name__}: {exc}") from exc
+
+    def ping(self) -> None:
+        """Raise :class:`AdapterError` if the database does not answer."""
+        with self.read() as conn:
+            conn.execute(select(1))
+
+    # ------------------------------------------------------------------ push path
+
+    def _insert(self, table: Any) -> Any:
+        return (postgresql.insert if self.dialect == "postgresql" else sqlite.insert)(table)
+
+    def lock_gateway(self, conn: Connection, gw: str, now_ms: int) -> GatewayLock:
+        """Create the gateway's row if new and lock it for the rest of the transaction."""
+        g = t.gateways.c
+        row = conn.execute(
+            select(g.last_cursor, g.appended_bytes, g.flushed_bytes)
+            .where(g.gateway_id == gw)
+            .with_for_update()
+        ).first()
+        if row is None:
+            conn.execute(
+                self._insert(t.gateways)
+                .values(
+                    gateway_id=gw,
+                    last_cursor=0,
+                    appended_bytes=0,
+                    flush_watermark=0,
+                    flushed_bytes=0,
+                    created_ms=now_ms,
+                )
+                .on_conflict_do_nothing()
+            )
+            row = conn.execute(
+                select(g.last_cursor, g.appended_bytes, g.flushed_bytes)
+                .where(g.gateway_id == gw)
+                .with_for_update()
+            ).one()
+        return GatewayLock(gw, row[0], row[1], row[2])
+
+    def known_delta_ids(self, conn: Connection, gw: str, ids: Sequence[str]) -> set[str]:
+        """The subset of ``ids`` already accepted by this gateway (ever)."""
+        c = t.delta_ids.c
+        found: set[str] = set()
+        for part in _chunks(ids):
+            found.update(
+                conn.execute(
+                    select(c.delta_id).where(c.gateway_id == gw, c.delta_id.in_(part))
+                ).scalars()
+            )
+        return found
+
+    def load_rows(self, conn: Connection, gw: str, keys: Sequence[str]) -> dict[str, RowState]:
+        """Current row states for ``keys`` (absent keys are unknown rows)."""
+        c = t.rows.c
+        out: dict[str, RowState] = {}
+        for part in _chunks(keys):
+            for key, state in conn.execute(
+                select(c.row_key, c.state).where(c.gateway_id == gw, c.row_key.in_(part))
+            ):
+                out[key] = decode_row_state(state)
+        return out
+
+    def write_push(
+        self,
+        conn: Connection,
+        gw: str,
+        *,
+        entries: Sequence[WalEntry],
+        rows: Sequence[StoredRow],
+        new_delta_ids: Sequence[str],
+        last_cursor: int,
+        added_bytes: int,
+        new_columns: Sequence[tuple[str, str]],
+    ) -> None:
+        """Write one push's effects; the caller holds the gateway lock and commits."""
+        if entries:
+            conn.execute(
+                t.entries.insert(),
+                [
+                    {
+                        "gateway_id": gw,
+                        "cursor": e.cursor,
+                        "delta_id": e.delta_id,
+                        "tbl": e.table,
+                        "row_id": e.row_id,
+                        "op": e.op,
+                        "client_id": e.client_id,
+                        "hlc": e.hlc,
+                        "columns": encode_columns(e.columns),
+                        "ingest_ms": e.ingest_ms,
+                        "size": e.size,
+                    }
+                    for e in entries
+                ],
+            )
+        if new_delta_ids:
+            conn.execute(
+                t.delta_ids.insert(), [{"gateway_id": gw, "delta_id": d} for d in new_delta_ids]
+            )
+        if rows:
+            from ..core.merge import encode_row_state
+
+            stmt = self._insert(t.rows)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["gateway_id", "row_key"],
+                set_={
+                    "state": stmt.excluded.state,
+                    "live": stmt.excluded.live,
+                    "position": stmt.excluded.position,
+                },
+            )
+            conn.execute(
+                stmt,
+                [
+                    {
+                        "gateway_id": gw,
+                        "row_key": r.row_key,
+                        "tbl": r.table,
+                        "row_id": r.row_id,
+                        "state": encode_row_state(r.state).decode(),
+                        "live": 1 if r.state.live else 0,
+                        "position": r.position,
+                    }
+                    for r in rows
+                ],
+            )
+        if new_columns:
+            conn.execute(
+                self._insert(t.table_columns).on_conflict_do_nothing(),
+                [
+                    {"gateway_id": gw, "tbl": tbl, "col": col, "ordinal": i}
+                    for i, (tbl, col) in enumerate(new_columns)
+                ],
+            )
+        conn.execute(
+            update(t.gateways)
+            .where(t.gateways.c.gateway_id == gw)
+            .values(
+                last_cursor=last_cursor,
+                appended_bytes=t.gateways.c.appended_bytes + added_bytes,
+            )
+        )
+
+    # ------------------------------------------------------------------ pull path
+
+    def scan_rows(self, conn: Connection, gw: str, after: int, limit: int) -> list[StoredRow]:
+        """Rows whose last change is after cursor ``after``, in cursor order."""
+        c = t.rows.c
+        result = conn.execute(
+            select(c.row_key, c.tbl, c.row_id, c.state, c.position)
+            .where(c.gateway_id == gw, c.position > after)
+            .order_by(c.position)
+            .limit(limit)
+        )
+        return [
+            StoredRow(key, tbl, row_id, decode_row_state(state), pos)
+            for key, tbl, row_id, state, pos in result
+        ]
+
+    def client_records(
+        self, conn: Connection, gw: str, client_id: str, keys: Sequence[str]
+    ) -> dict[str, RowRecord]:
+        """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""
+        c = t.client_rows.c
+        out: dict[str, RowRecord] = {}
+        for part in _chunks(keys):
+            for key, held, at in conn.execute(
+                select(c.row_key, c.held, c.at_cursor).where(
+                    c.gateway_id == gw, c.client_id == client_id, c.row_key.in_(part)
+                )
+            ):
+                out[key] = RowRecord(bool(held), at)
+        return out
+
+    def save_client_records(
+        self, conn: Connection, gw: str, client_id: str, records: dict[str, RowRecord]
+    ) -> None:
+        """Upsert ``records`` for ``client_id``."""
+        if not records:
+            return
+        stmt = self._insert(t.client_rows)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["gateway_id", "client_id", "row_key"],
+            set_={"held": stmt.excluded.held, "at_cursor": stmt.excluded.at_cursor},
+        )
+        conn.execute(
+            stmt,
+            [
+                {
+                    "gateway_id": gw,
+                    "client_id": client_id,
+                    "row_key": key,
+                    "held": 1 if rec.held else 0,
+                    "at_cursor": rec.at_cursor,
+                }
+                for key, rec in records.items()
+            ],
+        )
+
+    def last_since(self, conn: Connection, gw: str, client_id: str) -> int | None:
+        """The cursor ``client_id`` last pulled from, if it ever pulled."""
+        c = t.clients.c
+        value = conn.execute(
+            select(c.last_since).where(c.gateway_id == gw, c.client_id == client_id)
+        ).scalar()
+        return None if value is None else int(value)
+
+    def record_pull(self, gw: str, client_id: str, since: int, now_ms: int) -> None:
+        """Remember that ``client_id`` pulled from ``since`` (it holds everything before it)."""
+        stmt = self._insert(t.clients).values(
+            gateway_id=gw, client_id=client_id, last_since=since, updated_ms=now_ms
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["gateway_id", "client_id"],
+            set_={"last_since": stmt.excluded.last_since, "updated_ms": stmt.excluded.updated_ms},
+        )
+        with self.write() as conn:
+            conn.execute(stmt)
+
+    def table_columns(self, gw: str) -> dict[str, list[str]]:
+        """Every column ever accepted, per table, in first-seen order."""
+        c = t.table_columns.c
+        out: dict[str, list[str]] = {}
+        with self.read() as conn:
+            for tbl, col in conn.execute(
+                select(c.tbl, c.col).where(c.gateway_id == gw).order_by(c.tbl, c.ordinal, c.col)
+            ):
+                out.setdefault(tbl, []).append(col)
+        return out
+
+    # ------------------------------------------------------------------ pipeline-facing
+
+    def gateway_ids(self) -> list[str]:
+        """Every gateway id that has ever accepted a push or stored config."""
+        with self.read() as conn:
+            ids = set(conn.execute(select(t.gateways.c.gateway_id)).scalars())
+            ids.update(conn.execute(select(t.schemas.c.gateway_id).distinct()).scalars())
+        return sorted(ids)
+
+    def read_entries(self, gw: str, after: int, limit: int = 10_000) -> list[WalEntry]:
+        """Log entries with cursor > ``after``, ascending, at most ``limit``."""
+        c = t.entries.c
+        with self.read() as conn:
+            result = conn.execute(
+                select(
+                    c.cursor,
+                    c.delta_id,
+                    c.tbl,
+                    c.row_id,
+                    c.op,
+                    c.client_id,
+                    c.hlc,
+                    c.columns,
+                    c.ingest_ms,
+                    c.size,
+                )
+                .where(c.gateway_id == gw, c.cursor > after)
+                .order_by(c.cursor)
+                .limit(limit)
+            )
+            return [
+                WalEntry(cur, did, tbl, rid, op, cid, hlc, decode_columns(cols), ms, size)
+                for cur, did, tbl, rid, op, cid, hlc, cols, ms, size in result
+            ]
+
+    def max_cursor(self, gw: str) -> int:
+        """The last cursor handed out by ``gw`` (0 if none)."""
+        with self.read() as conn:
+            value = conn.execute(
+                select(t.gateways.c.last_cursor).where(t.gateways.c.gateway_id == gw)
+            ).scalar()
+        return int(value or 0)
+
+    def flush_watermark(self, gw: str) -> int:
+        """The cursor up to which the lake holds this gateway's log."""
+        with self.read() as conn:
+            value = conn.execute(
+                select(t.gateways.c.flush_watermark).where(t.gateways.c.gateway_id == gw)
+            ).scalar()
+        return int(value or 0)
+
+    def set_flush_watermark(self, gw: str, cursor: int) -> None:
+        """Record that the lake holds every entry up to ``cursor`` (never moves backwards)."""
+        g, e = t.gateways.c, t.entries.c
+        with self.write() as conn:
+            current = conn.execute(
+                select(g.flush_watermark).where(g.gateway_id == gw).with_for_update()
+            ).scalar()
+            if current is None or cursor <= current:
+                return
+            flushed = conn.execute(
+                select(func.coalesce(func.sum(e.size), 0)).where(
+                    e.gateway_id == gw, e.cursor > current, e.cursor <= cursor
+                )
+            ).scalar()
+            conn.execute(
+                update(t.gateways)
+                .where(g.gateway_id == gw)
+                .values(flush_watermark=cursor, flushed_bytes=g.flushed_bytes + int(flushed or 0))
+            )
+
+    def trim(self, gw: str, up_to: int) -> int:
+        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+        c = t.entries.c
+        with self.write() as conn:
+            mark = conn.execute(
+                select(t.gateways.c.flush_watermark).where(t.gateways.c.gateway_id == gw)
+            ).scalar()
+            bound = min(up_to, int(mark or 0))
+            result = conn.execute(delete(t.entries).where(c.gateway_id == gw, c.cursor <= bound))
+            return int(result.rowcount or 0)
+
+    def stats(self, gw: str) -> GatewayStats:
+        """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
+        g, e, r = t.gateways.c, t.entries.c, t.rows.c
+        with self.read() as conn:
+            head = conn.execute(
+                select(g.last_cursor, g.flush_watermark, g.appended_bytes, g.flushed_bytes).where(
+                    g.gateway_id == gw
+                )
+            ).first()
+            last, mark, appended, flushed = head if head is not None else (0, 0, 0, 0)
+            backlog = conn.execute(
+                select(func.count()).where(e.gateway_id == gw, e.cursor > mark)
+            ).scalar()
+            total = conn.execute(select(func.count()).where(r.gateway_id == gw)).scalar()
+            live = conn.execute(
+                select(func.count()).where(r.gateway_id == gw, r.live == 1)
+            ).scalar()
+        return GatewayStats(
+            gw,
+            int(last),
+            int(mark),
+            int(backlog or 0),
+            int(appended - flushed),
+            int(total or 0),
+            int(live or 0),
+        )
+
+    def oldest_unflushed_ms(self, gw: str) -> int | None:
+        """Ingest time of the oldest entry not yet in the lake."""
+        g, e = t.gateways.c, t.entries.c
+        with self.read() as conn:
+            mark = conn.execute(select(g.flush_watermark).where(g.gateway_id == gw)).scalar()
+            value = conn.execute(
+                select(func.min(e.ingest_ms)).where(e.gateway_id == gw, e.cursor > (mark or 0))
+            ).scalar()
+        return None if value is None else int(value)
+
+    def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:
+        """Every row of ``table`` as ``(row_id, state)`` (tombstones included)."""
+        c = t.rows.c
+        with self.read() as conn:
+            result = conn.execute(
+                select(c.row_id, c.state)
+                .where(c.gateway_id == gw, c.tbl == table)
+                .order_by(c.row_id)
+            )
+            rows = [(rid, decode_row_state(state)) for rid, state in result]
+        yield from rows
+
+    # ------------------------------------------------------------------ config store
+
+    def schemas(self, gw: str) -> dict[str, TableSchema]:
+        """Registered table schemas of ``gw`` by table name."""
+        c = t.schemas.c
+        with self.read() as conn:
+            result = conn.execute(select(c.tbl, c.schema_json).where(c.gateway_id == gw))
+            return {tbl: parse_table_schema(_json_decode(js)) for tbl, js in result}
+
+    def schema_versions(self, gw: str) -> dict[str, int]:
+        """Version of each registered schema (1 on first save, +1 per evolution)."""
+        c = t.schemas.c
+        with self.read() as conn:
+            return dict(
+                conn.execute(select(c.tbl, c.version).where(c.gateway_id == gw)).tuples().all()
+            )
+
+    def save_schema(self, gw: str, schema: TableSchema, now_ms: int = 0) -> TableSchema:
+        """Register or evolve (additively) ``schema``; return the stored schema."""
+        c = t.schemas.c
+        with self.write() as conn:
+            row = conn.execute(
+                select(c.schema_json, c.version)
+                .where(c.gateway_id == gw, c.tbl == schema.table)
+                .with_for_update()
+            ).first()
+            current = None if row is None else parse_table_schema(_json_decode(row[0]))
+            evolved = evolve_schema(current, schema)
+            if current is not None and evolved == current:
+                return current
+            body = _json_encode(table_schema_to_json(evolved)).decode()
+            version = 1 if row is None else int(row[1]) + 1
+            stmt = self._insert(t.schemas).values(
+                gateway_id=gw,
+                tbl=schema.table,
+                version=version,
+                schema_json=body,
+                updated_ms=now_ms,
+            )
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["gateway_id", "tbl"],
+                    set_={
+                        "version": stmt.excluded.version,
+                        "schema_json": stmt.excluded.schema_json,
+                        "updated_ms": stmt.excluded.updated_ms,
+                    },
+                )
+            )
+        return evolved
+
+    def sync_rules(self, gw: str) -> SyncRules | None:
+        """The gateway's sync rules, or ``None`` if none were saved."""
+        c = t.sync_rules.c
+        with self.read() as conn:
+            body = conn.execute(select(c.rules_json).where(c.gateway_id == gw)).scalar()
+        return None if body is None else parse_sync_rules(_json_decode(body))
+
+    def save_sync_rules(self, gw: str, rules: SyncRules, now_ms: int = 0) -> None:
+        """Replace the gateway's sync rules."""
+        body = _json_encode(sync_rules_to_json(rules)).decode()
+        stmt = self._insert(t.sync_rules).values(gateway_id=gw, rules_json=body, updated_ms=now_ms)
+        with self.write() as conn:
+            conn.execute(
+                stmt.on_conflict_do_update(
+                    index_elements=["gateway_id"],
+                    set_={"rules_json": stmt.excluded.rules_json, "updated_ms": now_ms},
+                )
+            )
+
+    # ------------------------------------------------------------------ flush requests
+
+    def request_flush(self, gw: str, now_ms: int) -> FlushRequest:
+        """Queue a flush of ``gw`` for the pipeline; return the request."""
+        req = FlushRequest(uuid.uuid4().hex, gw, now_ms, "pending", None, now_ms)
+        with self.write() as conn:
+            conn.execute(
+                t.flush_requests.insert().values(
+                    request_id=req.request_id,
+                    gateway_id=gw,
+                    requested_ms=now_ms,
+                    status=req.status,
+                    detail=None,
+                    updated_ms=now_ms,
+                )
+            )
+        return req
+
+    def flush_requests(
+        self, gw: str | None = None, status: str | None = "pending", limit: int = 100
+    ) -> list[FlushRequest]:
+        """Flush requests, newest last, filtered by gateway and status."""
+        c = t.flush_requests.c
+        query = select(c.request_id, c.gateway_id, c.requested_ms, c.status, c.detail, c.updated_ms)
+        if gw is not None:
+            query = query.where(c.gateway_id == gw)
+        if status is not None:
+            query = query.where(c.status == status)
+        with self.read() as conn:
+            result = conn.execute(query.order_by(c.requested_ms, c.request_id).limit(limit))
+            return [FlushRequest(*row) for row in result]
+
+    def update_flush_request(
+        self, request_id: str, status: str, detail: str | None, now_ms: int
+    ) -> None:
+        """Record the progress or outcome of a flush request."""
+        with self.write() as conn:
+            conn.execute(
+                update(t.flush_requests)
+                .where(t.flush_requests.c.request_id == request_id)
+                .values(status=status, detail=detail, updated_ms=now_ms)
+            )
+
+    def delete_gateway_rows(self, gw: str, keys: Iterable[str]) -> None:
+        """Forget rows entirely (administrative purge; not part of the sync path)."""
+        with self.write() as conn:
+            conn.execute(
+                delete(t.rows).where(t.rows.c.gateway_id == gw, t.rows.c.row_key.in_(list(keys)))
+            )
+
+
+def _configure_sqlite(engine: Engine, *, immediate: bool) -> None:
+    """WAL journal, full fsync on commit, busy timeout, and explicit transaction control."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    begin_sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(begin_sql)
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url

@@ -1,0 +1,186 @@
+"""The WAL's SQL tables (SQLAlchemy Core) and its versioned migrations.
+
+Every table is keyed by ``gateway_id`` first: one database holds any number of isolated
+gateways. Migrations are a list of functions; ``wal_schema_version`` records which ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    select,
+)
+
+__all__ = [
+    "MIGRATIONS",
+    "client_rows",
+    "clients",
+    "delta_ids",
+    "entries",
+    "flush_requests",
+    "gateways",
+    "metadata",
+    "migrate",
+    "rows",
+    "schema_version",
+    "schemas",
+    "sync_rules",
+    "table_columns",
+]
+
+metadata = MetaData()
+
+schema_version = Table(
+    "wal_schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("applied_ms", BigInteger, nullable=False),
+)
+
+gateways = Table(
+    "wal_gateways",
+    metadata,
+    Column("gateway_id", Text, primary_key=True),
+    # Last ingest cursor handed out; updating this row serialises appends per gateway, so
+    # commit order equals cursor order even with several gateway processes on one database.
+    Column("last_cursor", BigInteger, nullable=False),
+    Column("appended_bytes", BigInteger, nullable=False),
+    Column("flush_watermark", BigInteger, nullable=False),
+    Column("flushed_bytes", BigInteger, nullable=False),
+    Column("created_ms", BigInteger, nullable=False),
+)
+
+entries = Table(
+    "wal_entries",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("cursor", BigInteger, nullable=False),
+    Column("delta_id", Text, nullable=False),
+    Column("tbl", Text, nullable=False),
+    Column("row_id", Text, nullable=False),
+    Column("op", Text, nullable=False),
+    Column("client_id", Text, nullable=False),
+    Column("hlc", BigInteger, nullable=False),
+    Column("columns", Text, nullable=False),
+    Column("ingest_ms", BigInteger, nullable=False),
+    Column("size", Integer, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "cursor", name="pk_wal_entries"),
+)
+
+delta_ids = Table(
+    "wal_delta_ids",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("delta_id", Text, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "delta_id", name="pk_wal_delta_ids"),
+)
+
+rows = Table(
+    "wal_rows",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("row_key", Text, nullable=False),
+    Column("tbl", Text, nullable=False),
+    Column("row_id", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("live", Integer, nullable=False),
+    # Cursor of the row's last change (or re-announcement); pulls page by it.
+    Column("position", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "row_key", name="pk_wal_rows"),
+    Index("ix_wal_rows_position", "gateway_id", "position"),
+    Index("ix_wal_rows_table", "gateway_id", "tbl"),
+)
+
+clients = Table(
+    "wal_clients",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("client_id", Text, nullable=False),
+    Column("last_since", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "client_id", name="pk_wal_clients"),
+)
+
+client_rows = Table(
+    "wal_client_rows",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("client_id", Text, nullable=False),
+    Column("row_key", Text, nullable=False),
+    Column("held", Integer, nullable=False),
+    # Ingest position of the page that set ``held``; confirmed once the client pulls past it.
+    Column("at_cursor", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "client_id", "row_key", name="pk_wal_client_rows"),
+)
+
+schemas = Table(
+    "wal_schemas",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("tbl", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("schema_json", Text, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "tbl", name="pk_wal_schemas"),
+)
+
+sync_rules = Table(
+    "wal_sync_rules",
+    metadata,
+    Column("gateway_id", Text, primary_key=True),
+    Column("rules_json", Text, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
+table_columns = Table(
+    "wal_table_columns",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("tbl", Text, nullable=False),
+    Column("col", Text, nullable=False),
+    Column("ordinal", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "tbl", "col", name="pk_wal_table_columns"),
+)
+
+flush_requests = Table(
+    "wal_flush_requests",
+    metadata,
+    Column("request_id", Text, primary_key=True),
+    Column("gateway_id", Text, nullable=False),
+    Column("requested_ms", BigInteger, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("updated_ms", BigInteger, nullable=False),
+    Index("ix_wal_flush_requests_status", "status", "gateway_id"),
+)
+
+
+def _v1_initial(conn: Connection) -> None:
+    metadata.create_all(conn)
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1_initial)]
+"""Ordered ``(version, migrate)`` pairs; append new ones, never edit applied ones."""
+
+
+def migrate(conn: Connection, now_ms: int) -> int:
+    """Apply every migration newer than the database's version; return the resulting version."""
+    schema_version.create(conn, checkfirst=True)
+    current = conn.execute(select(schema_version.c.version)).scalars().all()
+    done = max(current, default=0)
+    for version, step in MIGRATIONS:
+        if version > done:
+            step(conn)
+            conn.execute(schema_version.insert().values(version=version, applied_ms=now_ms))
+            done = version
+    return done

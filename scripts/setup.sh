@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Prepare a fresh machine: system packages, PostgreSQL + MariaDB running, the venv with every
+# Python dependency, and the Spark/Iceberg jars. Idempotent; safe to run before every command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+
+# --- system packages (Debian) -------------------------------------------------------------
+pkgs=(postgresql mariadb-server libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
+      libjarjar-java unzip zip)
+command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+need=()
+for pkg in "${pkgs[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
+if [ ${#need[@]} -gt 0 ]; then
+  log "apt-get install ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# --- services -----------------------------------------------------------------------------
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  log "starting PostgreSQL"
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+fi
+if ! mysqladmin -h 127.0.0.1 -uroot status >/dev/null 2>&1; then
+  log "starting MariaDB"
+  $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld 2>/dev/null || true
+  $SUDO start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql || true
+fi
+for _ in $(seq 1 60); do
+  pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mysqladmin -h 127.0.0.1 -uroot status >/dev/null 2>&1 && break
+  sleep 1
+done
+pg_isready -h 127.0.0.1 -p 5432 -q || { log "PostgreSQL is not answering on 127.0.0.1:5432"; exit 1; }
+mysqladmin -h 127.0.0.1 -uroot status >/dev/null || { log "MariaDB is not answering on 127.0.0.1:3306"; exit 1; }
+# Local development/test access: trust auth for postgres on loopback, the `test` databases.
+if ! psql -h 127.0.0.1 -U postgres -tAc "select 1" >/dev/null 2>&1; then
+  # A freshly installed cluster asks for passwords on TCP: trust loopback for local development.
+  hba=$(ls /etc/postgresql/*/main/pg_hba.conf | sort -V | tail -1)
+  log "enabling trust auth on loopback in $hba"
+  $SUDO sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+  $SUDO pg_ctlcluster --skip-systemctl-redirect "$(basename "$(dirname "$(dirname "$hba")")")" main reload
+  sleep 1
+fi
+psql -h 127.0.0.1 -U postgres -tAc "select 1" >/dev/null || \
+  { log "cannot connect to PostgreSQL as postgres on 127.0.0.1"; exit 1; }
+if ! mysql -h 127.0.0.1 -uroot -e "select 1" >/dev/null 2>&1; then
+  # A fresh MariaDB lets root in only through the unix socket: allow an empty TCP password too.
+  log "allowing root with an empty password on 127.0.0.1 (local development)"
+  $SUDO mysql -uroot -e "ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; FLUSH PRIVILEGES;"
+fi
+mysql -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null
+
+# --- Python -------------------------------------------------------------------------------
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.lakesync-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  log "pip install -e .[pipeline,dev]"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e ".[pipeline,dev]"
+  touch "$stamp"
+fi
+
+# --- Spark + Iceberg jars (offline recipe) ---------------------------------------------------
+if .venv/bin/lakesync --help 2>/dev/null | grep -q "^  setup"; then
+  .venv/bin/lakesync setup
+fi
+log "ready"
