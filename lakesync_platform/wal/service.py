@@ -283,10 +283,13 @@ class SyncService:
                 new_columns=new_columns,
             )
             if view is not None:
+                # A client that wrote a row may hold it from now on. A pushed DELETE proves
+                # nothing (deliveries may have re-created the row locally since): never
+                # narrow what a client may hold on push, only on confirmed deliveries.
                 marks = {
-                    d.key: RowRecord(d.op != DELETE, 0)
+                    d.key: RowRecord(True, 0)
                     for d in deltas
-                    if not view.table_unfiltered(d.table)
+                    if d.op != DELETE and not view.table_unfiltered(d.table)
                 }
                 self.wal.save_client_records(conn, gw, client_id, marks)
             last_since = self.wal.last_since(conn, gw, client_id)
