@@ -116,7 +116,7 @@ class WriteAheadLog:
                 raise AdapterError(f"Unsupported WAL URL {url!r}: use sqlite:/// or postgresql://")
             wal = cls(write_engine, read_engine, url)
             wal._migrate(now_ms)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, AdapterError) as exc:
             raise AdapterError(f"Cannot open the WAL at {_redact(url)}: {exc}") from exc
         return wal
 
