@@ -17,7 +17,7 @@ import hmac
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, NoReturn
 
 from .errors import AuthError
@@ -54,7 +54,7 @@ class TokenClaims:
     gw: str
     role: str
     exp: int
-    claims: dict[str, str | tuple[str, ...]]
+    claims: dict[str, str | tuple[str, ...]] = field(hash=False)
 
 
 def _b64url_encode(data: bytes) -> str:

@@ -275,7 +275,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int | bytes]]:
 
 
 _DEFAULTS: Final[dict[str, Any]] = {_STR: "", _BYTES: b"", _U64: 0, _UINT: 0, _BOOL: False}
-_Layout = Mapping[int, tuple[str, "str | Callable[[bytes], Any]"]]
+_Layout = Mapping[int, tuple[str, str | Callable[[bytes], Any]]]
 
 
 def _read(data: bytes, layout: _Layout) -> dict[str, Any]:
@@ -314,7 +314,7 @@ def _read(data: bytes, layout: _Layout) -> dict[str, Any]:
 
 
 def _reject_constant(name: str) -> NoReturn:
-    raise CodecError(f"invalid JSON constant {name}")
+    raise ValueError(f"invalid JSON constant {name}")
 
 
 def _json_value(data: bytes, what: str) -> Any:

@@ -296,18 +296,19 @@ def check_delta(schema: TableSchema, delta: RowDelta, *, version: int = 1) -> No
     """
     if delta.op == DELETE:
         return
+    declared_types = {c.name: c.type for c in schema.columns}
     for col in delta.columns:
-        declared = schema.column(col.column)
+        declared = declared_types.get(col.column)
         if declared is None:
             raise SchemaError(
                 f'Unknown column "{col.column}" in delta for table "{delta.table}". '
                 f"Schema version {version} does not include this column."
             )
-        if not _matches(declared.type, col.value):
+        if not _matches(declared, col.value):
             got = json_type_name(col.value)
             if isinstance(col.value, float) and not math.isfinite(col.value):
                 got = "non-finite number"
             raise SchemaError(
                 f'Column "{col.column}" in delta for table "{delta.table}" expects type '
-                f'"{declared.type}", got {got}'
+                f'"{declared}", got {got}'
             )

@@ -237,7 +237,7 @@ def test_backpressure_until_the_backlog_is_flushed(
     service = SyncService(wal, clock, max_backlog_bytes=2000)
     i = 0
     with pytest.raises(BackpressureError, match="backlog"):
-        for i in range(100):  # noqa: B007 - i is read after the loop
+        for i in range(100):
             service.push(gw, "a", [make_delta("a", h(i), "t", f"r{i}", {"x": "y" * 50}, "INSERT")])
     assert 5 < i < 100
     wal.set_flush_watermark(gw, wal.max_cursor(gw))
