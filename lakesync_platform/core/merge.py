@@ -22,7 +22,7 @@ state (``tests/core/test_merge_laws.py``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -59,23 +59,21 @@ def _value_key(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(slots=True)
-class ColumnState:
-    """A column's current value and the stamp that wrote it."""
+class ColumnState(msgspec.Struct, array_like=True):
+    """A column's current value and the stamp that wrote it (stored as ``[value, hlc, client]``)."""
 
     value: Any
     hlc: int
     client_id: str
 
 
-@dataclass(slots=True)
-class RowState:
+class RowState(msgspec.Struct, rename={"columns": "c", "delete_hlc": "dh", "delete_client": "dc"}):
     """A row's per-column state plus its newest delete stamp (``0, ""`` if never deleted).
 
     Invariant: every column's stamp is newer than the delete stamp.
     """
 
-    columns: dict[str, ColumnState] = field(default_factory=dict)
+    columns: dict[str, ColumnState] = msgspec.field(default_factory=dict)
     delete_hlc: int = 0
     delete_client: str = ""
 
@@ -126,8 +124,13 @@ def _column_wins(incoming: ColumnDelta, hlc: int, client: str, current: ColumnSt
 
 def merge_delta(state: RowState | None, delta: RowDelta) -> MergeOutcome:
     """Merge ``delta`` into ``state`` (``None`` = unknown row); ``state`` is not modified."""
-    new = state.copy() if state is not None else RowState()
     hlc, client = delta.hlc, delta.client_id
+    if state is None and delta.op != DELETE:
+        # Fast path (most writes): every column of a write to an unknown row wins.
+        won: dict[str, ColumnDelta] = {c.column: c for c in delta.columns}
+        fresh = RowState({n: ColumnState(c.value, hlc, client) for n, c in won.items()})
+        return MergeOutcome(fresh, INSERT if won else None, tuple(won.values()))
+    new = state.copy() if state is not None else RowState()
     if delta.op == DELETE:
         if not stamp_gt(hlc, client, new.delete_hlc, new.delete_client):
             return MergeOutcome(new, None, ())
@@ -141,7 +144,7 @@ def merge_delta(state: RowState | None, delta: RowDelta) -> MergeOutcome:
     if not stamp_gt(hlc, client, new.delete_hlc, new.delete_client):
         return MergeOutcome(new, None, ())
     was_live = new.live
-    won: dict[str, ColumnDelta] = {}
+    won = {}
     for col in delta.columns:
         if _column_wins(col, hlc, client, new.columns.get(col.column)):
             new.columns[col.column] = ColumnState(col.value, hlc, client)
@@ -152,21 +155,14 @@ def merge_delta(state: RowState | None, delta: RowDelta) -> MergeOutcome:
 
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder()
+_decoder = msgspec.json.Decoder(RowState)
 
 
 def encode_row_state(state: RowState) -> bytes:
-    """Serialise a row state: ``{"c": {col: [value, hlc, client]}, "d": [hlc, client]}``."""
-    return _encoder.encode(
-        {
-            "c": {name: [c.value, c.hlc, c.client_id] for name, c in state.columns.items()},
-            "d": [state.delete_hlc, state.delete_client],
-        }
-    )
+    """Serialise a row state: ``{"c": {col: [value, hlc, client]}, "dh": hlc, "dc": client}``."""
+    return _encoder.encode(state)
 
 
 def decode_row_state(data: bytes | str) -> RowState:
     """Inverse of :func:`encode_row_state`."""
-    raw = _decoder.decode(data)
-    columns = {name: ColumnState(v[0], v[1], v[2]) for name, v in raw["c"].items()}
-    return RowState(columns, raw["d"][0], raw["d"][1])
+    return _decoder.decode(data)

@@ -34,11 +34,14 @@ __all__ = [
 
 MAX_DELTAS_PER_PUSH = 10_000
 MAX_ID_LENGTH = 1024
+MAX_VALUE_DEPTH = 64
+"""Column values may nest objects/arrays at most this deep."""
 DEFAULT_PULL_LIMIT = 100
 MAX_PULL_LIMIT = 10_000
 
 _HLC_RE = re.compile(r"[0-9]{1,20}")
 _DEC_RE = re.compile(r"[+-]?[0-9]+")
+_PREFIXED_RE = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 _LIMIT_RE = re.compile(r"\s*([+-]?[0-9]+)")
 
 
@@ -98,6 +101,8 @@ def decode_push(body: bytes) -> PushBody:
     """Decode and validate a push body (whole batch; nothing is partially accepted)."""
     try:
         raw = _push_decoder.decode(body)
+    except (UnicodeDecodeError, RecursionError):
+        raise ValidationError("Invalid JSON body") from None
     except msgspec.DecodeError as exc:
         if isinstance(exc, msgspec.ValidationError):
             text = str(exc)
@@ -105,10 +110,14 @@ def decode_push(body: bytes) -> PushBody:
                 "missing required field `deltas`" in text
             ):
                 raise ValidationError("Missing required fields: clientId, deltas") from None
-            if text.endswith("at `$.deltas`") or text.startswith("Expected `object`"):
+            if text.endswith(("at `$.deltas`", "at `$.clientId`")) or text.startswith(
+                "Expected `object`"
+            ):
                 raise ValidationError("Missing required fields: clientId, deltas") from None
             raise ValidationError(f"Invalid push body: {text}") from None
         raise ValidationError("Invalid JSON body") from None
+    if not raw.clientId:
+        raise ValidationError("Missing required fields: clientId, deltas")
     if len(raw.deltas) > MAX_DELTAS_PER_PUSH:
         raise ValidationError("Too many deltas in a single push (max 10,000)")
     _check_id(raw.clientId, "clientId")
@@ -127,6 +136,10 @@ def decode_push(body: bytes) -> PushBody:
         names: set[str] = set()
         for col in d.columns:
             check_identifier(col.column, "column")
+            if isinstance(col.value, dict | list) and _too_deep(col.value):
+                raise ValidationError(
+                    f'{where}: column "{col.column}" nests deeper than {MAX_VALUE_DEPTH} levels'
+                )
             if col.column in names:
                 raise ValidationError(f'{where}: column "{col.column}" appears twice')
             names.add(col.column)
@@ -144,6 +157,18 @@ def decode_push(body: bytes) -> PushBody:
     return PushBody(raw.clientId, deltas)
 
 
+def _too_deep(value: Any) -> bool:
+    """Whether a JSON value nests deeper than :data:`MAX_VALUE_DEPTH` (iterative, no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_VALUE_DEPTH:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
 def parse_since(value: str | None) -> int:
     """The pull cursor: required, BigInt-parsable (decimal, ``0x…``; blank = 0), clamped at 0."""
     if value is None:
@@ -152,7 +177,7 @@ def parse_since(value: str | None) -> int:
     if text == "":
         return 0
     try:
-        if text[:2].lower() in ("0x", "0o", "0b"):
+        if _PREFIXED_RE.fullmatch(text):
             parsed = int(text, 0)
         elif _DEC_RE.fullmatch(text):
             parsed = int(text)
@@ -167,7 +192,7 @@ def parse_since(value: str | None) -> int:
 
 def parse_pull_limit(value: str | None) -> int:
     """``limit`` as ``parseInt`` reads it (``"10abc"`` → 10), default 100, clamped to 10 000."""
-    if value is None:
+    if not value:
         return DEFAULT_PULL_LIMIT
     m = _LIMIT_RE.match(value)
     if m is None or int(m.group(1)) < 1:
@@ -202,5 +227,5 @@ def decode_json(body: bytes) -> Any:
     """Parse a JSON body or raise the protocol's ``Invalid JSON body``."""
     try:
         return msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
         raise ValidationError("Invalid JSON body") from None
