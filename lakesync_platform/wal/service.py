@@ -325,10 +325,13 @@ class SyncService:
         last_pos = start
         has_more = False
         per_row = 1 if stamped else 2
+        # Unfiltered views need exactly the rows of one page (plus one to see if more exist);
+        # filtered views read ahead, since many rows may be invisible.
+        chunk_size = (limit // per_row + 1) if not cfg.has_filters else _SCAN_CHUNK
         with self.wal.read() as conn:
             after = start
             while True:
-                chunk = self.wal.scan_rows(conn, gw, after, _SCAN_CHUNK)
+                chunk = self.wal.scan_rows(conn, gw, after, chunk_size)
                 if not chunk:
                     break
                 tracked = [
@@ -358,7 +361,7 @@ class SyncService:
                     if filtered:
                         pending_marks.append((row.row_key, visible))
                     last_pos = row.position
-                if has_more or len(chunk) < _SCAN_CHUNK:
+                if has_more or len(chunk) < chunk_size:
                     break
                 after = chunk[-1].position
         server_cursor = compose_cursor(tag, last_pos)

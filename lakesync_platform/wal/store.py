@@ -211,6 +211,10 @@ class WriteAheadLog:
                 out[key] = decode_row_state(state)
         return out
 
+    def _sql(self, template: str) -> str:
+        """A raw statement with the driver's placeholder style (``?`` or ``%s``)."""
+        return template if self.dialect == "sqlite" else template.replace("?", "%s")
+
     def write_push(
         self,
         conn: Connection,
@@ -223,55 +227,57 @@ class WriteAheadLog:
         added_bytes: int,
         new_columns: Sequence[tuple[str, str]],
     ) -> None:
-        """Write one push's effects; the caller holds the gateway lock and commits."""
+        """Write one push's effects; the caller holds the gateway lock and commits.
+
+        The hot path of every push: plain driver ``executemany`` (no per-row SQLAlchemy work).
+        """
+        from ..core.merge import encode_row_state
+
         if entries:
-            conn.execute(
-                t.entries.insert(),
+            conn.exec_driver_sql(
+                self._sql(
+                    "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op,"
+                    " client_id, hlc, columns, ingest_ms, size) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+                ),
                 [
-                    {
-                        "gateway_id": gw,
-                        "cursor": e.cursor,
-                        "delta_id": e.delta_id,
-                        "tbl": e.table,
-                        "row_id": e.row_id,
-                        "op": e.op,
-                        "client_id": e.client_id,
-                        "hlc": e.hlc,
-                        "columns": encode_columns(e.columns),
-                        "ingest_ms": e.ingest_ms,
-                        "size": e.size,
-                    }
+                    (
+                        gw,
+                        e.cursor,
+                        e.delta_id,
+                        e.table,
+                        e.row_id,
+                        e.op,
+                        e.client_id,
+                        e.hlc,
+                        encode_columns(e.columns),
+                        e.ingest_ms,
+                        e.size,
+                    )
                     for e in entries
                 ],
             )
         if new_delta_ids:
-            conn.execute(
-                t.delta_ids.insert(), [{"gateway_id": gw, "delta_id": d} for d in new_delta_ids]
+            conn.exec_driver_sql(
+                self._sql("INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES (?,?)"),
+                [(gw, d) for d in new_delta_ids],
             )
         if rows:
-            from ..core.merge import encode_row_state
-
-            stmt = self._insert(t.rows)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=["gateway_id", "row_key"],
-                set_={
-                    "state": stmt.excluded.state,
-                    "live": stmt.excluded.live,
-                    "position": stmt.excluded.position,
-                },
-            )
-            conn.execute(
-                stmt,
+            conn.exec_driver_sql(
+                self._sql(
+                    "INSERT INTO wal_rows (gateway_id, row_key, tbl, row_id, state, live, position)"
+                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT (gateway_id, row_key) DO UPDATE SET"
+                    " state = excluded.state, live = excluded.live, position = excluded.position"
+                ),
                 [
-                    {
-                        "gateway_id": gw,
-                        "row_key": r.row_key,
-                        "tbl": r.table,
-                        "row_id": r.row_id,
-                        "state": encode_row_state(r.state).decode(),
-                        "live": 1 if r.state.live else 0,
-                        "position": r.position,
-                    }
+                    (
+                        gw,
+                        r.row_key,
+                        r.table,
+                        r.row_id,
+                        encode_row_state(r.state).decode(),
+                        1 if r.state.columns else 0,
+                        r.position,
+                    )
                     for r in rows
                 ],
             )
@@ -283,13 +289,12 @@ class WriteAheadLog:
                     for i, (tbl, col) in enumerate(new_columns)
                 ],
             )
-        conn.execute(
-            update(t.gateways)
-            .where(t.gateways.c.gateway_id == gw)
-            .values(
-                last_cursor=last_cursor,
-                appended_bytes=t.gateways.c.appended_bytes + added_bytes,
-            )
+        conn.exec_driver_sql(
+            self._sql(
+                "UPDATE wal_gateways SET last_cursor = ?, appended_bytes = appended_bytes + ?"
+                " WHERE gateway_id = ?"
+            ),
+            (last_cursor, added_bytes, gw),
         )
 
     # ------------------------------------------------------------------ pull path
