@@ -8,7 +8,7 @@
         name="notes",
         schemas=[{"table": "notes", "columns": [{"name": "text", "type": "string"}]}],
         client_id="alice",
-        gateway=GatewayConfig(url="http://127.0.0.1:8787", gateway_id="demo", token=jwt),
+        gateway=GatewayConfig(url="http://127.0.0.1:8000", gateway_id="demo", token=jwt),
     )
     client.tracker.insert("notes", "n1", {"text": "hello"})   # local, instant, queued
     client.coordinator.sync_once()                           # pull all pages, then push

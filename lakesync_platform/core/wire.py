@@ -82,6 +82,10 @@ def parse_hlc(value: object, field: str = "hlc") -> int:
     """An HLC from its wire form: a decimal string in ``[0, 2**64)``."""
     if not isinstance(value, str):
         raise ValidationError(f"{field} must be a decimal string, got {type(value).__name__}")
+    if 0 < len(value) <= 20 and value.isascii() and value.isdigit():
+        parsed = int(value)
+        if parsed <= MAX_HLC:
+            return parsed
     if _HLC_RE.fullmatch(value) is None:
         raise ValidationError(f"{field} must be a decimal integer string, got {value[:40]!r}")
     parsed = int(value)
@@ -122,20 +126,27 @@ def decode_push(body: bytes) -> PushBody:
         raise ValidationError("Too many deltas in a single push (max 10,000)")
     _check_id(raw.clientId, "clientId")
     deltas: list[RowDelta] = []
+    tables: set[str] = set()
+    columns: set[str] = set()
     for i, d in enumerate(raw.deltas):
         where = f"deltas[{i}]"
         if d.op not in OPS:
             raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE")
-        check_identifier(d.table, "table")
-        _check_id(d.rowId, f"{where}.rowId")
-        _check_id(d.clientId, f"{where}.clientId")
-        _check_id(d.deltaId, f"{where}.deltaId")
+        if d.table not in tables:
+            tables.add(check_identifier(d.table, "table"))
+        if not (0 < len(d.rowId) <= MAX_ID_LENGTH):
+            _check_id(d.rowId, f"{where}.rowId")
+        if not (0 < len(d.clientId) <= MAX_ID_LENGTH):
+            _check_id(d.clientId, f"{where}.clientId")
+        if not (0 < len(d.deltaId) <= MAX_ID_LENGTH):
+            _check_id(d.deltaId, f"{where}.deltaId")
         hlc = parse_hlc(d.hlc, f"{where}.hlc")
         if d.op == DELETE and d.columns:
             raise ValidationError(f"{where}: a DELETE carries no columns")
         names: set[str] = set()
         for col in d.columns:
-            check_identifier(col.column, "column")
+            if col.column not in columns:
+                columns.add(check_identifier(col.column, "column"))
             if isinstance(col.value, dict | list) and _too_deep(col.value):
                 raise ValidationError(
                     f'{where}: column "{col.column}" nests deeper than {MAX_VALUE_DEPTH} levels'

@@ -39,6 +39,10 @@ __all__ = ["GatewayLock", "RowRecord", "StoredRow", "WriteAheadLog"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 500
+_UPSERT_ROWS = (
+    " ON CONFLICT (gateway_id, row_key) DO UPDATE SET state = excluded.state,"
+    " live = excluded.live, position = excluded.position"
+)
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
@@ -188,28 +192,41 @@ class WriteAheadLog:
             ).one()
         return GatewayLock(gw, row[0], row[1], row[2])
 
+    def _select_in(self, conn: Connection, sql: str, gw: str, values: Sequence[str]) -> list[Any]:
+        """Run ``sql`` (ending in ``… WHERE gateway_id = ? AND col {IN}``) over ``values``.
+
+        PostgreSQL gets one array parameter (``= ANY(%s)``); SQLite gets ``IN (?, …)`` in
+        chunks. Both avoid per-value SQLAlchemy work on the push path.
+        """
+        out: list[Any] = []
+        if self.dialect == "postgresql":
+            stmt = sql.replace("?", "%s").replace("{IN}", "= ANY(%s)")
+            out.extend(conn.exec_driver_sql(stmt, (gw, list(values))).all())
+            return out
+        for part in _chunks(values):
+            stmt = sql.replace("{IN}", "IN (" + ",".join("?" * len(part)) + ")")
+            out.extend(conn.exec_driver_sql(stmt, (gw, *part)).all())
+        return out
+
     def known_delta_ids(self, conn: Connection, gw: str, ids: Sequence[str]) -> set[str]:
         """The subset of ``ids`` already accepted by this gateway (ever)."""
-        c = t.delta_ids.c
-        found: set[str] = set()
-        for part in _chunks(ids):
-            found.update(
-                conn.execute(
-                    select(c.delta_id).where(c.gateway_id == gw, c.delta_id.in_(part))
-                ).scalars()
-            )
-        return found
+        rows = self._select_in(
+            conn,
+            "SELECT delta_id FROM wal_delta_ids WHERE gateway_id = ? AND delta_id {IN}",
+            gw,
+            ids,
+        )
+        return {r[0] for r in rows}
 
     def load_rows(self, conn: Connection, gw: str, keys: Sequence[str]) -> dict[str, RowState]:
         """Current row states for ``keys`` (absent keys are unknown rows)."""
-        c = t.rows.c
-        out: dict[str, RowState] = {}
-        for part in _chunks(keys):
-            for key, state in conn.execute(
-                select(c.row_key, c.state).where(c.gateway_id == gw, c.row_key.in_(part))
-            ):
-                out[key] = decode_row_state(state)
-        return out
+        rows = self._select_in(
+            conn,
+            "SELECT row_key, state FROM wal_rows WHERE gateway_id = ? AND row_key {IN}",
+            gw,
+            keys,
+        )
+        return {key: decode_row_state(state) for key, state in rows}
 
     def _sql(self, template: str) -> str:
         """A raw statement with the driver's placeholder style (``?`` or ``%s``)."""
@@ -233,54 +250,52 @@ class WriteAheadLog:
         """
         from ..core.merge import encode_row_state
 
-        if entries:
-            conn.exec_driver_sql(
-                self._sql(
+        entry_rows = [
+            (
+                e.cursor,
+                e.delta_id,
+                e.table,
+                e.row_id,
+                e.op,
+                e.client_id,
+                e.hlc,
+                encode_columns(e.columns),
+                e.ingest_ms,
+                e.size,
+            )
+            for e in entries
+        ]
+        state_rows = [
+            (
+                r.row_key,
+                r.table,
+                r.row_id,
+                encode_row_state(r.state).decode(),
+                1 if r.state.columns else 0,
+                r.position,
+            )
+            for r in rows
+        ]
+        if self.dialect == "postgresql":
+            self._write_push_postgres(conn, gw, entry_rows, state_rows, new_delta_ids)
+        else:
+            if entry_rows:
+                conn.exec_driver_sql(
                     "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op,"
-                    " client_id, hlc, columns, ingest_ms, size) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
-                ),
-                [
-                    (
-                        gw,
-                        e.cursor,
-                        e.delta_id,
-                        e.table,
-                        e.row_id,
-                        e.op,
-                        e.client_id,
-                        e.hlc,
-                        encode_columns(e.columns),
-                        e.ingest_ms,
-                        e.size,
-                    )
-                    for e in entries
-                ],
-            )
-        if new_delta_ids:
-            conn.exec_driver_sql(
-                self._sql("INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES (?,?)"),
-                [(gw, d) for d in new_delta_ids],
-            )
-        if rows:
-            conn.exec_driver_sql(
-                self._sql(
+                    " client_id, hlc, columns, ingest_ms, size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    [(gw, *e) for e in entry_rows],
+                )
+            if new_delta_ids:
+                conn.exec_driver_sql(
+                    "INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES (?,?)",
+                    [(gw, d) for d in new_delta_ids],
+                )
+            if state_rows:
+                conn.exec_driver_sql(
                     "INSERT INTO wal_rows (gateway_id, row_key, tbl, row_id, state, live, position)"
-                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT (gateway_id, row_key) DO UPDATE SET"
-                    " state = excluded.state, live = excluded.live, position = excluded.position"
-                ),
-                [
-                    (
-                        gw,
-                        r.row_key,
-                        r.table,
-                        r.row_id,
-                        encode_row_state(r.state).decode(),
-                        1 if r.state.columns else 0,
-                        r.position,
-                    )
-                    for r in rows
-                ],
-            )
+                    " VALUES (?,?,?,?,?,?,?)" + _UPSERT_ROWS,
+                    [(gw, *r) for r in state_rows],
+                )
         if new_columns:
             conn.execute(
                 self._insert(t.table_columns).on_conflict_do_nothing(),
@@ -296,6 +311,38 @@ class WriteAheadLog:
             ),
             (last_cursor, added_bytes, gw),
         )
+
+    @staticmethod
+    def _write_push_postgres(
+        conn: Connection,
+        gw: str,
+        entry_rows: list[tuple[Any, ...]],
+        state_rows: list[tuple[Any, ...]],
+        new_delta_ids: Sequence[str],
+    ) -> None:
+        """One statement per table: columns as arrays, expanded server-side by ``unnest``."""
+        if entry_rows:
+            cols = list(zip(*entry_rows, strict=True))
+            conn.exec_driver_sql(
+                "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op, client_id,"
+                " hlc, columns, ingest_ms, size) SELECT %s, * FROM unnest(%s::bigint[],"
+                " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],"
+                " %s::text[], %s::bigint[], %s::int[])",
+                (gw, *[list(c) for c in cols]),
+            )
+        if new_delta_ids:
+            conn.exec_driver_sql(
+                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%s::text[])",
+                (gw, list(new_delta_ids)),
+            )
+        if state_rows:
+            cols = list(zip(*state_rows, strict=True))
+            conn.exec_driver_sql(
+                "INSERT INTO wal_rows (gateway_id, row_key, tbl, row_id, state, live, position)"
+                " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
+                " %s::int[], %s::bigint[])" + _UPSERT_ROWS,
+                (gw, *[list(c) for c in cols]),
+            )
 
     # ------------------------------------------------------------------ pull path
 

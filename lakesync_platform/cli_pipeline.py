@@ -1,0 +1,146 @@
+"""Pipeline commands of the ``lakesync`` CLI: ``setup``, ``dev`` and ``run``.
+
+:func:`register` adds them to the main click group (``lakesync_platform.cli``). Settings are
+read here, at the process edge (flags, then ``LAKESYNC_*`` environment variables).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .core.errors import LakeSyncError
+
+__all__ = ["register"]
+
+_DEFAULT_DATA_DIR = "./data"
+
+
+def _data_dir(fn: Any) -> Any:
+    return click.option(
+        "--data-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="LAKESYNC_DATA_DIR",
+        default=_DEFAULT_DATA_DIR,
+        show_default=True,
+        help="Directory holding every embedded default (WAL, catalog, warehouse, jars).",
+    )(fn)
+
+
+def _defs_dir(fn: Any) -> Any:
+    return click.option(
+        "--defs",
+        "defs_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="LAKESYNC_DEFS_DIR",
+        default="defs",
+        show_default=True,
+        help="Folder of YAML declarations (tables, destinations).",
+    )(fn)
+
+
+@click.command()
+@_data_dir
+def setup(data_dir: Path) -> None:
+    """Prepare Spark + Iceberg offline: check Java, fill <data-dir>/jars (idempotent)."""
+    from .spark.setup import default_jar_dir, ensure_jars, ensure_java
+
+    try:
+        started = time.monotonic()
+        java = ensure_java()
+        click.echo(f"java      {java}")
+        jars = ensure_jars(default_jar_dir(data_dir))
+        for jar in jars.all:
+            click.echo(f"jar       {jar}")
+        click.echo(f"ready in {time.monotonic() - started:.1f}s")
+    except LakeSyncError as exc:
+        raise click.ClickException(exc.message) from exc
+
+
+@click.command()
+@_data_dir
+@_defs_dir
+@click.option("--gateway-port", default=8000, show_default=True, type=int)
+@click.option("--dagster-port", default=3000, show_default=True, type=int)
+@click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
+def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
+    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything."""
+    from .pipeline.devstack import DevStack, DevStackSettings
+    from .spark.setup import default_jar_dir, ensure_jars, ensure_java
+
+    workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
+    if not workspace.exists():
+        raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
+    try:
+        ensure_java()
+        ensure_jars(default_jar_dir(data_dir))
+    except LakeSyncError as exc:
+        raise click.ClickException(exc.message) from exc
+    stack = DevStack(
+        DevStackSettings(
+            data_dir=data_dir.resolve(),
+            defs_dir=defs_dir.resolve(),
+            workspace=workspace,
+            gateway_port=gateway_port,
+            dagster_port=dagster_port,
+            demo_clients=clients,
+        ),
+        os.environ,
+    )
+    code = 1
+    try:
+        stack.start(click.echo)
+        click.echo("running — open the Dagster UI; Ctrl-C stops everything")
+        code = stack.wait()
+    except (RuntimeError, OSError) as exc:
+        click.echo(f"error: {exc}", err=True)
+    finally:
+        click.echo("stopping …")
+        stack.stop()
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("stage", type=click.Choice(["flush", "state", "materialise"]))
+@click.option("--gw", help="Gateway id (default: every known gateway).")
+@_data_dir
+@_defs_dir
+@click.option("--wal-url", envvar="LAKESYNC_WAL_URL", help="sqlite:///PATH or postgresql://…")
+def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
+    """Run one pipeline stage once, in-process (exit status 1 on failure)."""
+    from .pipeline.jobs import Pipeline, PipelineSettings
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = PipelineSettings.from_env(
+        os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
+    )
+    pipeline = Pipeline(settings)
+    try:
+        pipeline.apply_declarations()
+        gateways = [gw] if gw else pipeline.gateways()
+        for g in gateways:
+            if stage == "flush":
+                click.echo(repr(pipeline.flush(g)))
+            elif stage == "state":
+                for state_result in pipeline.state(g):
+                    click.echo(repr(state_result))
+            else:
+                for mat_result in pipeline.materialise(g):
+                    click.echo(repr(mat_result))
+    except LakeSyncError as exc:
+        raise click.ClickException(f"{stage} failed: {exc.message}") from exc
+    finally:
+        pipeline.close()
+
+
+def register(group: click.Group) -> None:
+    """Add ``setup``, ``dev`` and ``run`` to the ``lakesync`` command group."""
+    group.add_command(setup)
+    group.add_command(dev)
+    group.add_command(run)

@@ -1,0 +1,405 @@
+"""The sync engine: pull remote pages, push the outbox, on demand or on a background thread.
+
+``sync_once`` = initial checkpoint (first sync only, when the gateway offers one; a 404 means
+none) → pull every page while ``hasMore`` → push every due outbox batch → if anything was
+pushed, pull once more, so the client holds the gateway's resolution of its own writes (columns
+it lost, rows that left its view) when ``sync_once`` returns. Differences from the reference
+coordinator (PROTOCOL.md §12), on purpose:
+
+* the pull cursor is persisted, in the same transaction as the page it belongs to, and is never
+  moved by a push response;
+* ``hasMore`` is honoured;
+* conflicts with unpushed local writes are resolved per column from the local stamps
+  (:mod:`._applier`), not by comparing whole deltas with the last queued one;
+* a batch the gateway rejects as malformed is bisected so one bad delta cannot hold back the
+  others; dead-lettered entries stay visible (:meth:`SyncCoordinator.dead_letters`) and are
+  reported through ``on_error`` — never dropped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Generic, Literal, TypeVar
+
+from ..core.errors import ClockDriftError, RateLimitedError
+from ..core.hlc import HLC, encode
+from ._applier import apply_rows
+from ._db import LocalDB
+from ._errors import DeadLetterError, TransportError, is_permanent
+from ._kv import SyncState
+from ._outbox import Outbox, OutboxEntry
+from ._schemas import SchemaRegistry
+from ._tracker import SyncTracker
+from ._transport import Transport
+from ._wire import RemoteRow, checkpoint_rows
+
+__all__ = ["SyncCoordinator", "SyncMode", "SyncReport"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_STAMP = 1
+"""The column stamp given to checkpoint rows, which carry only each row's newest stamp: older
+than every real write, so any stamped value (pulled or local) replaces it."""
+
+SyncMode = Literal["full", "push_only", "pull_only"]
+"""Which halves ``sync_once`` and auto-sync run."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReport:
+    """What one ``sync_once`` did: rows received, entries acknowledged, entries dead-lettered."""
+
+    pulled: int
+    pushed: int
+    dead_lettered: int
+
+
+T = TypeVar("T")
+
+
+class _Listeners(Generic[T]):
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._items: list[Callable[[T], None]] = []
+        self._lock = threading.Lock()
+
+    def add(self, fn: Callable[[T], None]) -> Callable[[], None]:
+        with self._lock:
+            self._items.append(fn)
+
+        def remove() -> None:
+            with self._lock:
+                if fn in self._items:
+                    self._items.remove(fn)
+
+        return remove
+
+    def emit(self, value: T) -> None:
+        with self._lock:
+            items = list(self._items)
+        for fn in items:
+            try:
+                fn(value)
+            except Exception:
+                log.exception("%s listener %r failed", self._name, fn)
+
+
+class SyncCoordinator:
+    """Drives push and pull for one client; every public method is thread-safe."""
+
+    def __init__(
+        self,
+        *,
+        db: LocalDB,
+        registry: SchemaRegistry,
+        outbox: Outbox,
+        state: SyncState,
+        transport: Transport,
+        tracker: SyncTracker,
+        hlc: HLC,
+        clock: Callable[[], int],
+        sync_mode: SyncMode = "full",
+        max_retries: int = 10,
+        push_batch_size: int = 500,
+        push_batch_bytes: int = 512 * 1024,
+        pull_page_size: int = 1000,
+        auto_sync_ms: int = 10_000,
+    ) -> None:
+        self._db = db
+        self._registry = registry
+        self._outbox = outbox
+        self._state = state
+        self.transport = transport
+        """The transport in use."""
+        self.tracker = tracker
+        """Local writes (insert / update / delete / query)."""
+        self._hlc = hlc
+        self._clock = clock
+        self.sync_mode: SyncMode = sync_mode
+        self.max_retries = max_retries
+        self.push_batch_size = push_batch_size
+        self.push_batch_bytes = push_batch_bytes
+        self.pull_page_size = pull_page_size
+        self.auto_sync_ms = auto_sync_ms
+        self._sync_lock = threading.RLock()
+        self._checkpoint_tried = False
+        self._last_sync_ms: int | None = state.last_sync_ms
+        self._last_dead = 0
+        self._changes = _Listeners[frozenset[str]]("on_change")
+        self._completes = _Listeners[SyncReport]("on_sync_complete")
+        self._errors = _Listeners[BaseException]("on_error")
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+
+    # ---------------------------------------------------------------- events
+
+    def on_change(self, listener: Callable[[frozenset[str]], None]) -> Callable[[], None]:
+        """Call ``listener(tables)`` after a remote page changed those local tables.
+
+        Returns a function that removes the listener. (Local writes are announced by
+        :meth:`LocalDB.add_listener` and query watches.)
+        """
+        return self._changes.add(listener)
+
+    def on_sync_complete(self, listener: Callable[[SyncReport], None]) -> Callable[[], None]:
+        """Call ``listener(report)`` after each successful ``sync_once``."""
+        return self._completes.add(listener)
+
+    def on_error(self, listener: Callable[[BaseException], None]) -> Callable[[], None]:
+        """Call ``listener(error)`` when a sync fails or outbox entries are dead-lettered."""
+        return self._errors.add(listener)
+
+    # ---------------------------------------------------------------- status
+
+    @property
+    def client_id(self) -> str:
+        """The identity this client pushes as."""
+        return self.tracker.client_id
+
+    @property
+    def cursor(self) -> int:
+        """The persisted pull cursor (0 = never pulled)."""
+        return self._state.cursor
+
+    @property
+    def last_sync_time(self) -> datetime | None:
+        """When the last successful pull or push finished (injected clock; survives restarts)."""
+        if self._last_sync_ms is None:
+            return None
+        return datetime.fromtimestamp(self._last_sync_ms / 1000, tz=UTC)
+
+    def queue_depth(self) -> int:
+        """Outbox entries not yet acknowledged (dead letters excluded)."""
+        return self._outbox.depth()
+
+    def pending(self) -> list[OutboxEntry]:
+        """Outbox entries waiting to be (re)sent, oldest first."""
+        return self._outbox.entries("pending") + self._outbox.entries("sending")
+
+    def dead_letters(self) -> list[OutboxEntry]:
+        """Entries that gave up (``last_error`` says why); they stay until requeued/discarded."""
+        return self._outbox.entries("dead")
+
+    def retry_now(self) -> int:
+        """Drop the backoff delays of pending entries (e.g. the network is back); returns how many.
+
+        Retry counts are kept, so repeated failures still end in the dead letter.
+        """
+        return self._outbox.reset_backoff()
+
+    def requeue_dead_letters(self, ids: Sequence[int] | None = None) -> int:
+        """Send dead entries (all, or ``ids``) again from a fresh retry count."""
+        return self._outbox.requeue_dead(ids)
+
+    def discard_dead_letters(self, ids: Sequence[int] | None = None) -> int:
+        """Drop dead entries for good (all, or ``ids``)."""
+        return self._outbox.discard_dead(ids)
+
+    # ---------------------------------------------------------------- pull
+
+    def _observe(self, rows: Sequence[RemoteRow]) -> None:
+        high = max((r.hlc for r in rows), default=0)  # a row's hlc is its newest stamp
+        if high == 0:
+            return
+        with self._db.lock:
+            try:
+                self._hlc.recv(high)
+            except ClockDriftError as exc:
+                log.warning("remote stamp ahead of the local clock: %s", exc.message)
+
+    def _apply(self, rows: list[RemoteRow], cursor: int) -> int:
+        with self._db.transaction():
+            changed = apply_rows(self._db, self._registry, rows)
+            self._state.cursor = cursor
+            self._observe(rows)
+            self._state.hlc_high = encode(*self._hlc.state)
+            self._db.mark_changed(changed)
+        if changed:
+            self._changes.emit(frozenset(changed))
+        return len(rows)
+
+    def _initial_sync(self) -> int:
+        try:
+            checkpoint = self.transport.checkpoint()
+        except TransportError:
+            raise  # unreachable: the pull could not work either; try again next time
+        except Exception as exc:
+            self._checkpoint_tried = True
+            log.warning("checkpoint download failed; pulling from the start instead: %s", exc)
+            self._errors.emit(exc)
+            return 0
+        self._checkpoint_tried = True
+        if checkpoint is None:
+            return 0
+        rows = checkpoint_rows(checkpoint.deltas, CHECKPOINT_STAMP)
+        return self._apply(rows, checkpoint.snapshot_hlc)
+
+    def pull(self) -> int:
+        """Pull and apply every page (one transaction each); returns the rows received."""
+        with self._sync_lock:
+            received = 0
+            if self._state.cursor == 0 and not self._checkpoint_tried:
+                received += self._initial_sync()
+            while True:
+                since = self._state.cursor
+                page = self.transport.pull(self.client_id, since, self.pull_page_size)
+                rows = page.rows
+                received += self._apply(rows, page.server_hlc)
+                if not page.has_more:
+                    break
+                if not rows or page.server_hlc == since:
+                    log.warning("gateway said hasMore with no progress at cursor %d", since)
+                    break
+            self._synced()
+            return received
+
+    # ---------------------------------------------------------------- push
+
+    def _dead(self, ids: list[int], error: BaseException) -> None:
+        message = f"{len(ids)} outbox entries dead-lettered: {error}"
+        log.error("%s", message)
+        self._errors.emit(DeadLetterError(message, tuple(ids), error))
+
+    def _send(self, batch: list[OutboxEntry]) -> tuple[int, int]:
+        """Push ``sending`` entries; returns (acknowledged, dead-lettered)."""
+        ids = [e.id for e in batch]
+        try:
+            with self._db.lock:
+                last_seen = self._hlc.now()
+            self.transport.push(self.client_id, [e.delta for e in batch], last_seen)
+        except Exception as exc:
+            if is_permanent(exc):
+                if len(batch) == 1:
+                    self._outbox.dead_letter(ids, str(exc))
+                    self._dead(ids, exc)
+                    return 0, 1
+                mid = len(batch) // 2
+                try:
+                    first = self._send(batch[:mid])
+                except BaseException:
+                    self._outbox.release(ids[mid:])
+                    raise
+                second = self._send(batch[mid:])
+                return first[0] + second[0], first[1] + second[1]
+            delay = exc.retry_after * 1000 if isinstance(exc, RateLimitedError) else 0
+            dead = self._outbox.nack(ids, self._clock(), str(exc), self.max_retries, delay)
+            if dead:
+                self._dead(dead, exc)
+            raise
+        with self._db.transaction():  # forget the entries, remember their stamps
+            self._outbox.ack(ids)
+            self._state.hlc_high = encode(*self._hlc.state)
+        return len(ids), 0
+
+    def push(self) -> int:
+        """Push every due outbox entry in batches; returns how many were acknowledged.
+
+        Raises the first transport/gateway failure after recording it on the entries (they
+        are retried after the backoff; never re-stamped).
+        """
+        with self._sync_lock:
+            acked = dead = 0
+            rounds = self._outbox.depth() // max(self.push_batch_size, 1) + 2
+            for _ in range(rounds):
+                batch = self._outbox.take_batch(
+                    self._clock(), self.push_batch_size, self.push_batch_bytes
+                )
+                if not batch:
+                    break
+                done, gone = self._send(batch)
+                acked, dead = acked + done, dead + gone
+            self.persist_clock()
+            self._synced()
+            self._last_dead = dead
+            return acked
+
+    def _synced(self) -> None:
+        self._last_sync_ms = now = self._clock()
+        with self._db.lock:
+            self._state.last_sync_ms = now
+
+    def persist_clock(self) -> None:
+        """Store the clock's high-water mark so a restart never issues an older stamp."""
+        with self._db.lock:
+            self._state.hlc_high = encode(*self._hlc.state)
+
+    # ---------------------------------------------------------------- cycle
+
+    def sync_once(self) -> SyncReport:
+        """One cycle per :attr:`sync_mode`; raises the first failure (after ``on_error``).
+
+        A failed pull does not stop the push (and vice versa); both are attempted.
+        """
+        with self._sync_lock:
+            failure: BaseException | None = None
+            pulled = pushed = 0
+            self._last_dead = 0
+            if self.sync_mode != "push_only":
+                try:
+                    pulled = self.pull()
+                except Exception as exc:
+                    failure = exc
+            if self.sync_mode != "pull_only":
+                try:
+                    pushed = self.push()
+                except Exception as exc:
+                    failure = failure or exc
+            if pushed and failure is None and self.sync_mode == "full":
+                try:
+                    pulled += self.pull()
+                except Exception as exc:
+                    failure = exc
+            if failure is not None:
+                self._errors.emit(failure)
+                raise failure
+            report = SyncReport(pulled, pushed, self._last_dead)
+        self._completes.emit(report)
+        return report
+
+    # ---------------------------------------------------------------- auto sync
+
+    @property
+    def auto_syncing(self) -> bool:
+        """Whether the background sync thread runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def start_auto_sync(self, interval_ms: int | None = None) -> None:
+        """Run ``sync_once`` now and then every ``interval_ms`` on a background thread."""
+        if interval_ms is not None:
+            self.auto_sync_ms = interval_ms
+        if self.auto_syncing:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, name=f"lakesync-sync-{self.client_id}", daemon=True
+        )
+        self._thread.start()
+
+    def request_sync(self) -> None:
+        """Wake the background thread to sync now (no-op without auto-sync)."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync_once()
+            except Exception as exc:  # already reported through on_error
+                log.info("auto-sync cycle failed: %s", exc)
+            self._wake.wait(self.auto_sync_ms / 1000)
+            self._wake.clear()
+
+    def stop_auto_sync(self, timeout_s: float = 30.0) -> None:
+        """Stop the background thread and wait for its current cycle to finish."""
+        thread = self._thread
+        self._stop.set()
+        self._wake.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_s)
+            if thread.is_alive():
+                log.warning("auto-sync thread did not stop within %.1fs", timeout_s)
+        self._thread = None

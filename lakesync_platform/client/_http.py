@@ -1,0 +1,213 @@
+"""Protocol v1 over HTTP JSON (PROTOCOL.md §4), with :mod:`httpx`.
+
+* ``push`` → ``POST {url}/v1/sync/{gw}/push``; ``pull`` → ``GET .../pull?format=stamped``;
+  ``checkpoint`` → ``GET .../checkpoint`` (404 = no checkpoint; otherwise a stream of
+  big-endian ``uint32`` length-prefixed protobuf ``SyncResponse`` frames, header
+  ``X-Checkpoint-Hlc``, §6).
+* ``Authorization: Bearer`` from a static ``token`` or ``get_token()``; on a 401 the token is
+  fetched again and the request retried once.
+* Connection failures and timeouts are retried ``retries`` times with a short pause; a push
+  retried after a timeout is safe because the gateway deduplicates by ``deltaId`` (the batch is
+  sent again byte for byte, never re-stamped).
+* A checkpoint frame that does not decode raises ``CodecError`` (a ``ValidationError``): the
+  engine then reports it and pulls from the start instead.
+* Error responses become the exception with the envelope's ``code``
+  (:func:`~lakesync_platform.client._errors.error_from_envelope`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import httpx
+import msgspec
+
+from ..core.delta import RowDelta
+from ..core.proto import decode_sync_response
+from ..core.wire import delta_to_wire
+from ._errors import TransportError, error_from_envelope
+from ._transport import Checkpoint, PullResponse, PushAck
+from ._wire import decode_pull_body
+
+__all__ = ["CHECKPOINT_MEDIA_TYPE", "HttpTransport", "read_frames"]
+
+CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
+
+_encoder = msgspec.json.Encoder()
+
+
+def read_frames(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Split a byte stream into ``uint32`` big-endian length-prefixed frames."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer.extend(chunk)
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "big")
+            if len(buffer) < 4 + size:
+                break
+            yield bytes(buffer[4 : 4 + size])
+            del buffer[: 4 + size]
+    if buffer:
+        raise TransportError(f"checkpoint stream ended inside a frame ({len(buffer)} bytes left)")
+
+
+def _decode_frame(frame: bytes) -> list[RowDelta]:
+    deltas, _server_hlc, _has_more = decode_sync_response(frame)
+    return deltas
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    try:
+        data = msgspec.json.decode(response.content)
+    except msgspec.DecodeError:
+        raise TransportError(f"gateway sent invalid JSON (HTTP {response.status_code})") from None
+    if not isinstance(data, dict):
+        raise TransportError("gateway sent a JSON body that is not an object")
+    return data
+
+
+def _int(value: object, what: str) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        raise TransportError(f"gateway sent an invalid {what}: {value!r}") from None
+
+
+class HttpTransport:
+    """A :class:`~lakesync_platform.client.Transport` over HTTP."""
+
+    def __init__(
+        self,
+        url: str,
+        gateway_id: str,
+        *,
+        token: str | None = None,
+        get_token: Callable[[], str] | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+        api_prefix: str = "/v1",
+        client: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.gateway_id = gateway_id
+        self._token = token
+        self._get_token = get_token
+        self._retries = retries
+        self._sleep = sleep
+        self._base = f"{self.url}{api_prefix}"
+        self._client = client or httpx.Client(timeout=timeout_s)
+        self._owns_client = client is None
+
+    def _auth(self, refresh: bool = False) -> dict[str, str]:
+        if self._get_token is not None and (refresh or self._token is None):
+            self._token = self._get_token()
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def _send(
+        self, build: Callable[[dict[str, str]], httpx.Request], stream: bool = False
+    ) -> httpx.Response:
+        refreshed = False
+        attempt = 0
+        while True:
+            request = build(self._auth())
+            try:
+                response = self._client.send(request, stream=stream)
+            except httpx.TransportError as exc:
+                if attempt >= self._retries:
+                    raise TransportError(f"{request.method} {request.url}: {exc!r}") from exc
+                self._sleep(0.1 * 2**attempt)
+                attempt += 1
+                continue
+            if response.status_code == 401 and self._get_token is not None and not refreshed:
+                response.close()
+                self._auth(refresh=True)
+                refreshed = True
+                continue
+            return response
+
+    @staticmethod
+    def _raise_for(response: httpx.Response) -> None:
+        if response.is_success:
+            return
+        response.read()
+        try:
+            body: object = response.json()
+        except ValueError:
+            body = None
+        raise error_from_envelope(response.status_code, body, response.headers.get("Retry-After"))
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
+        """``POST /v1/sync/{gw}/push``."""
+        body = _encoder.encode(
+            {
+                "clientId": client_id,
+                "deltas": [delta_to_wire(d) for d in deltas],
+                "lastSeenHlc": str(last_seen_hlc),
+            }
+        )
+        url = f"{self._base}/sync/{self.gateway_id}/push"
+        response = self._send(
+            lambda auth: self._client.build_request(
+                "POST",
+                url,
+                content=body,
+                headers={**auth, "Content-Type": "application/json"},
+            )
+        )
+        self._raise_for(response)
+        data = _json(response)
+        return PushAck(_int(data.get("serverHlc", 0), "serverHlc"), int(data.get("accepted", 0)))
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+        """``GET /v1/sync/{gw}/pull?format=stamped``."""
+        url = f"{self._base}/sync/{self.gateway_id}/pull"
+        params = {
+            "since": str(since),
+            "clientId": client_id,
+            "limit": str(limit),
+            "format": "stamped",
+        }
+        response = self._send(
+            lambda auth: self._client.build_request("GET", url, params=params, headers=auth)
+        )
+        self._raise_for(response)
+        try:
+            body = decode_pull_body(response.content)
+        except msgspec.DecodeError:
+            raise TransportError(
+                f"gateway sent an invalid pull page: {response.text[:200]!r}"
+            ) from None
+        return PullResponse(body.deltas, body.server_hlc, body.has_more)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """``GET /v1/sync/{gw}/checkpoint``; ``None`` on 404 (no checkpoint yet)."""
+        url = f"{self._base}/sync/{self.gateway_id}/checkpoint"
+        response = self._send(
+            lambda auth: self._client.build_request(
+                "GET", url, headers={**auth, "Accept": CHECKPOINT_MEDIA_TYPE}
+            ),
+            stream=True,
+        )
+        try:
+            if response.status_code == 404:
+                return None
+            self._raise_for(response)
+            header = response.headers.get("X-Checkpoint-Hlc")
+            snapshot = _int(header, "X-Checkpoint-Hlc") if header else 0
+            deltas: list[RowDelta] = []
+            try:
+                for frame in read_frames(response.iter_bytes()):
+                    deltas.extend(_decode_frame(frame))
+            except httpx.HTTPError as exc:
+                raise TransportError(f"checkpoint download failed: {exc!r}") from exc
+            return Checkpoint(deltas, snapshot)
+        finally:
+            response.close()
+
+    def close(self) -> None:
+        """Close the HTTP connection pool (if this transport created it)."""
+        if self._owns_client:
+            self._client.close()

@@ -1,0 +1,156 @@
+"""The transport port between the sync engine and a gateway, and its in-process implementation.
+
+A :class:`Transport` pushes deltas, pulls pages of the ``stamped`` format (decoded into
+:class:`~._wire.RemoteRow`) and fetches the initial-sync checkpoint. Failures are raised as the
+exceptions of :mod:`lakesync_platform.core.errors` (what the gateway answered) or
+:class:`~lakesync_platform.client.TransportError` (it could not be reached); the engine treats
+both transports alike.
+
+* :class:`InProcessTransport` calls a :class:`~lakesync_platform.wal.service.SyncService`
+  directly — for tests, benchmarks and apps that embed the gateway's engine;
+* :class:`~lakesync_platform.client.HttpTransport` speaks protocol v1 over HTTP;
+* :class:`OfflineTransport` is what a client without a gateway uses: every call fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ..core.delta import RowDelta
+from ._errors import TransportError
+from ._wire import RemoteRow, parse_remote_rows
+
+if TYPE_CHECKING:
+    from ..wal.service import SyncService
+
+__all__ = [
+    "Checkpoint",
+    "InProcessTransport",
+    "OfflineTransport",
+    "PullResponse",
+    "PushAck",
+    "Transport",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PushAck:
+    """The gateway accepted a push: ``accepted`` deltas (new + duplicates)."""
+
+    server_hlc: int
+    accepted: int
+
+
+@dataclass(frozen=True, slots=True)
+class PullResponse:
+    """One pull page: the rows, the cursor to resume from, and whether more follow."""
+
+    rows: list[RemoteRow]
+    server_hlc: int
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """An initial-sync snapshot: compacted rows as of cursor ``snapshot_hlc`` (PROTOCOL.md §6)."""
+
+    deltas: list[RowDelta]
+    snapshot_hlc: int
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """How the sync engine talks to a gateway."""
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
+        """Send a batch; the gateway accepts it whole or rejects it whole."""
+        ...
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+        """Fetch the next page of rows changed after cursor ``since`` (stamped format)."""
+        ...
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The initial-sync checkpoint, or ``None`` when the gateway offers none."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+class InProcessTransport:
+    """A transport that calls a ``SyncService`` in this process (no HTTP, no auth).
+
+    ``claims`` are the sync-rule claims the caller would carry in its token (``sub`` defaults
+    to the pushing client id); ``checkpoint`` optionally supplies initial-sync snapshots.
+    """
+
+    def __init__(
+        self,
+        service: SyncService,
+        gateway_id: str,
+        *,
+        claims: Mapping[str, str | Sequence[str]] | None = None,
+        checkpoint: Callable[[], Checkpoint | None] | None = None,
+    ) -> None:
+        self.service = service
+        self.gateway_id = gateway_id
+        self._claims = dict(claims or {})
+        self._checkpoint = checkpoint
+
+    def _claims_for(self, client_id: str) -> dict[str, str | tuple[str, ...]]:
+        claims: dict[str, str | tuple[str, ...]] = {"sub": client_id}
+        for key, value in self._claims.items():
+            claims[key] = value if isinstance(value, str) else tuple(value)
+        return claims
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
+        """Push through ``SyncService.push``."""
+        result = self.service.push(
+            self.gateway_id, client_id, deltas, claims=self._claims_for(client_id)
+        )
+        return PushAck(result.server_hlc, result.accepted)
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+        """Pull a stamped page through ``SyncService.pull``."""
+        page = self.service.pull(
+            self.gateway_id,
+            client_id,
+            since,
+            limit,
+            claims=self._claims_for(client_id),
+            stamped=True,
+        )
+        return PullResponse(parse_remote_rows(page.deltas), page.server_hlc, page.has_more)
+
+    def checkpoint(self) -> Checkpoint | None:
+        """The injected checkpoint source's snapshot, or ``None``."""
+        return self._checkpoint() if self._checkpoint is not None else None
+
+    def close(self) -> None:
+        """Nothing to release (the service belongs to the caller)."""
+
+
+class OfflineTransport:
+    """The transport of a client created without a gateway: every call raises."""
+
+    def _fail(self) -> TransportError:
+        return TransportError("no gateway configured for this client")
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
+        """Always raises :class:`TransportError`."""
+        raise self._fail()
+
+    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+        """Always raises :class:`TransportError`."""
+        raise self._fail()
+
+    def checkpoint(self) -> Checkpoint | None:
+        """No checkpoint."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to release."""

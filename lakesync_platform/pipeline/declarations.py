@@ -1,0 +1,209 @@
+"""Declarative pipeline config: YAML files in a folder (``--defs DIR`` / ``LAKESYNC_DEFS_DIR``).
+
+Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for one gateway::
+
+    gateway: demo                 # gateway id (= lake namespace); default "default"
+    tables:                       # table schemas, exactly the admin route's TableSchema JSON
+      - table: todos
+        columns:
+          - {name: title, type: string}
+          - {name: done, type: boolean}
+        softDelete: true
+    destinations:                 # where state is materialised
+      - name: warehouse           # identifier; the Dagster asset is <gateway>/<name>/<table>
+        kind: postgres            # postgres | mysql | sqlite
+        url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
+        tables: [todos]           # optional; default: every table of the gateway ("*")
+
+Several files may declare the same gateway; their tables and destinations add up (a table or
+destination declared twice is an error). Top-level ``syncRules`` and ``connectors`` are reserved
+for the sync-rule and connector declarations of later releases and rejected for now.
+
+Declared tables are applied to the gateway's config store (:func:`apply_declarations`), which
+stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
+flows through the pipeline like a declared one, and reaches every destination whose ``tables``
+is ``"*"``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import yaml
+
+from ..core.delta import check_identifier
+from ..core.errors import LakeSyncError, SchemaError
+from ..core.schema import TableSchema, parse_table_schema
+
+__all__ = [
+    "DESTINATION_KINDS",
+    "DeclarationError",
+    "Declarations",
+    "DestinationDecl",
+    "GatewayDecl",
+    "apply_declarations",
+    "expand_env",
+    "load_declarations",
+    "parse_declarations",
+]
+
+DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
+_TOP_KEYS: Final = frozenset(("gateway", "tables", "destinations"))
+_RESERVED: Final = frozenset(("syncRules", "connectors"))
+_DEST_KEYS: Final = frozenset(("name", "kind", "url", "tables"))
+_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+DEFAULT_GATEWAY: Final = "default"
+
+
+class DeclarationError(LakeSyncError):
+    """A declaration file is malformed; the message names the file and the problem."""
+
+    code = "DECLARATION_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationDecl:
+    """A SQL destination: ``url`` may hold ``${VAR}`` references (expanded at run time)."""
+
+    name: str
+    kind: str
+    url: str
+    tables: tuple[str, ...] | None = None
+
+    def covers(self, table: str) -> bool:
+        """Whether this destination receives ``table`` (``tables`` unset = every table)."""
+        return self.tables is None or table in self.tables
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayDecl:
+    """Everything declared for one gateway id."""
+
+    gateway_id: str
+    tables: Mapping[str, TableSchema] = field(default_factory=dict)
+    destinations: Mapping[str, DestinationDecl] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Declarations:
+    """All declarations of a folder, by gateway id."""
+
+    gateways: Mapping[str, GatewayDecl] = field(default_factory=dict)
+
+    def gateway(self, gw: str) -> GatewayDecl:
+        """The declarations of ``gw`` (empty when nothing is declared for it)."""
+        return self.gateways.get(gw) or GatewayDecl(gw)
+
+
+class SchemaStore(Protocol):
+    """The config-store part of the WAL that declarations are applied to."""
+
+    def save_schema(self, gw: str, schema: TableSchema, now_ms: int = 0) -> TableSchema:
+        """Register or evolve a schema."""
+        ...
+
+
+def expand_env(text: str, env: Mapping[str, str]) -> str:
+    """Replace ``${VAR}`` by ``env["VAR"]``; an unset variable is a :class:`DeclarationError`."""
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise DeclarationError(f"environment variable {name} is not set (used in {text!r})")
+        return env[name]
+
+    return _ENV_RE.sub(sub, text)
+
+
+def _parse_destination(raw: Any, where: str) -> DestinationDecl:
+    if not isinstance(raw, Mapping):
+        raise DeclarationError(f"{where}: a destination must be a mapping")
+    unknown = set(raw) - _DEST_KEYS
+    if unknown:
+        raise DeclarationError(f"{where}: unknown destination keys {sorted(unknown)}")
+    try:
+        name = check_identifier(raw.get("name"), "destination")
+    except SchemaError as exc:
+        raise DeclarationError(f"{where}: {exc.message}") from exc
+    kind = raw.get("kind")
+    if kind not in DESTINATION_KINDS:
+        raise DeclarationError(
+            f"{where}: destination {name!r} kind must be one of {DESTINATION_KINDS}"
+        )
+    url = raw.get("url")
+    if not isinstance(url, str) or not url:
+        raise DeclarationError(f"{where}: destination {name!r} needs a url")
+    tables = raw.get("tables", "*")
+    if tables == "*" or tables is None:
+        return DestinationDecl(name, kind, url, None)
+    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
+        raise DeclarationError(f"{where}: destination {name!r} tables must be a list or '*'")
+    try:
+        return DestinationDecl(name, kind, url, tuple(check_identifier(t, "table") for t in tables))
+    except SchemaError as exc:
+        raise DeclarationError(f"{where}: {exc.message}") from exc
+
+
+def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
+    """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``."""
+    tables: dict[str, dict[str, TableSchema]] = {}
+    dests: dict[str, dict[str, DestinationDecl]] = {}
+    for where, doc in documents:
+        if doc is None:
+            continue
+        if not isinstance(doc, Mapping):
+            raise DeclarationError(f"{where}: the document must be a mapping")
+        reserved = _RESERVED & set(doc)
+        if reserved:
+            raise DeclarationError(f"{where}: {sorted(reserved)} are not supported yet")
+        unknown = set(doc) - _TOP_KEYS
+        if unknown:
+            raise DeclarationError(f"{where}: unknown keys {sorted(unknown)}")
+        gw = doc.get("gateway", DEFAULT_GATEWAY)
+        if not isinstance(gw, str) or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}", gw) is None:
+            raise DeclarationError(f"{where}: invalid gateway id {gw!r}")
+        for raw in doc.get("tables") or []:
+            try:
+                schema = parse_table_schema(raw)
+            except SchemaError as exc:
+                raise DeclarationError(f"{where}: {exc.message}") from exc
+            if schema.table in tables.setdefault(gw, {}):
+                raise DeclarationError(f"{where}: table {schema.table!r} declared twice for {gw!r}")
+            tables[gw][schema.table] = schema
+        for raw in doc.get("destinations") or []:
+            dest = _parse_destination(raw, where)
+            if dest.name in dests.setdefault(gw, {}):
+                raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
+            dests[gw][dest.name] = dest
+    gateways = {
+        gw: GatewayDecl(gw, tables.get(gw, {}), dests.get(gw, {}))
+        for gw in sorted(set(tables) | set(dests))
+    }
+    return Declarations(gateways)
+
+
+def load_declarations(folder: Path | None) -> Declarations:
+    """Read every YAML file of ``folder`` (a missing folder declares nothing)."""
+    if folder is None or not folder.is_dir():
+        return Declarations()
+    documents: list[tuple[str, Any]] = []
+    for path in sorted([*folder.glob("*.yaml"), *folder.glob("*.yml")]):
+        try:
+            documents.append((path.name, yaml.safe_load(path.read_text())))
+        except yaml.YAMLError as exc:
+            raise DeclarationError(f"{path.name}: invalid YAML: {exc}") from exc
+    return parse_declarations(documents)
+
+
+def apply_declarations(decls: Declarations, store: SchemaStore, now_ms: int = 0) -> int:
+    """Register (or additively evolve) every declared table in the config store; return count."""
+    count = 0
+    for gw, decl in decls.gateways.items():
+        for schema in decl.tables.values():
+            store.save_schema(gw, schema, now_ms)
+            count += 1
+    return count

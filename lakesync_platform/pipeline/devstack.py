@@ -1,0 +1,294 @@
+"""``lakesync dev``: gateway + Dagster UI + demo clients on the embedded defaults.
+
+Processes (all children of this one; Ctrl-C stops them in reverse order):
+
+1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on ``<data-dir>/wal.db``;
+2. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
+   thresholds, so the sensors flush, merge and materialise the demo within seconds;
+3. demo clients (threads here) writing into the ``todos`` table of gateway ``demo`` over HTTP.
+
+The demo table is declared in ``<defs>/todos.yaml`` (the repository's ``defs/`` when present,
+else a copy written into ``<data-dir>/defs``) with an SQLite destination
+``<data-dir>/destination.db``; the clients also register the schema through the admin route.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ..core.delta import DELETE, UPDATE, ColumnDelta
+from ..core.hlc import HLC
+from ..core.ids import delta_id
+
+__all__ = ["DEMO_GATEWAY", "DEMO_SCHEMA", "DevStack", "DevStackSettings", "demo_defs_yaml"]
+
+log = logging.getLogger(__name__)
+
+DEMO_GATEWAY = "demo"
+DEMO_SCHEMA: dict[str, Any] = {
+    "table": "todos",
+    "columns": [
+        {"name": "title", "type": "string"},
+        {"name": "completed", "type": "boolean"},
+        {"name": "priority", "type": "number"},
+        {"name": "tags", "type": "json"},
+    ],
+    "softDelete": True,
+}
+
+
+def demo_defs_yaml() -> str:
+    """The declarations file of the demo (same content as the repository's ``defs/todos.yaml``)."""
+    return (
+        "gateway: demo\n"
+        "tables:\n"
+        "  - table: todos\n"
+        "    columns:\n"
+        "      - {name: title, type: string}\n"
+        "      - {name: completed, type: boolean}\n"
+        "      - {name: priority, type: number}\n"
+        "      - {name: tags, type: json}\n"
+        "    softDelete: true\n"
+        "destinations:\n"
+        "  - name: local\n"
+        "    kind: sqlite\n"
+        '    url: "sqlite:///${LAKESYNC_DATA_DIR}/destination.db"\n'
+        "    tables: [todos]\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DevStackSettings:
+    """Ports, folders and demo pace of the development stack."""
+
+    data_dir: Path
+    defs_dir: Path | None
+    workspace: Path
+    gateway_port: int = 8000
+    dagster_port: int = 3000
+    demo_clients: int = 3
+    demo_interval_s: float = 1.0
+    backlog_bytes: int = 4_000
+    backlog_age_seconds: int = 20
+
+
+class DemoClient:
+    """One demo client pushing random todo changes over HTTP."""
+
+    def __init__(self, base_url: str, client_id: str, rnd: random.Random) -> None:
+        self.base_url = base_url
+        self.client_id = client_id
+        self.rnd = rnd
+        self.hlc = HLC(clock=lambda: int(time.time() * 1000))
+
+    def _delta(self, op: str, row_id: str, columns: Sequence[ColumnDelta]) -> dict[str, Any]:
+        hlc = self.hlc.now()
+        return {
+            "op": op,
+            "table": "todos",
+            "rowId": row_id,
+            "clientId": self.client_id,
+            "columns": [{"column": c.column, "value": c.value} for c in columns],
+            "hlc": str(hlc),
+            "deltaId": delta_id(self.client_id, hlc, "todos", row_id, columns),
+        }
+
+    def step(self, http: httpx.Client) -> None:
+        """Push one random insert/update/delete."""
+        row_id = f"todo-{self.rnd.randrange(40)}"
+        if self.rnd.random() < 0.1:
+            delta = self._delta(DELETE, row_id, ())
+        else:
+            cols = [
+                ColumnDelta("title", f"{self.rnd.choice(['buy', 'write', 'fix'])} #{row_id[5:]}"),
+                ColumnDelta("completed", self.rnd.random() < 0.3),
+            ]
+            if self.rnd.random() < 0.5:
+                cols.append(ColumnDelta("priority", self.rnd.randrange(1, 5)))
+            if self.rnd.random() < 0.3:
+                cols.append(ColumnDelta("tags", [self.client_id, "demo"]))
+            delta = self._delta(UPDATE, row_id, cols)
+        body = {"clientId": self.client_id, "deltas": [delta], "lastSeenHlc": "0"}
+        response = http.post(f"{self.base_url}/v1/sync/{DEMO_GATEWAY}/push", json=body)
+        response.raise_for_status()
+
+
+def _wait_http(url: str, timeout_s: float, alive: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive():
+            raise RuntimeError(f"process serving {url} exited during start-up")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
+
+
+class DevStack:
+    """Start, watch and stop the development stack (see the module docstring)."""
+
+    def __init__(self, settings: DevStackSettings, env: Mapping[str, str]) -> None:
+        self.settings = settings
+        self.env = dict(env)
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.pushed = 0
+
+    @property
+    def gateway_url(self) -> str:
+        """Base URL of the gateway."""
+        return f"http://127.0.0.1:{self.settings.gateway_port}"
+
+    def _defs_dir(self) -> Path:
+        if self.settings.defs_dir is not None and self.settings.defs_dir.is_dir():
+            return self.settings.defs_dir
+        folder = self.settings.data_dir / "defs"
+        folder.mkdir(parents=True, exist_ok=True)
+        demo = folder / "todos.yaml"
+        if not demo.exists():
+            demo.write_text(demo_defs_yaml())
+        return folder
+
+    def _spawn(self, name: str, cmd: list[str], env: Mapping[str, str], cwd: Path) -> None:
+        log_path = self.settings.data_dir / f"{name}.log"
+        with log_path.open("ab") as out:
+            proc = subprocess.Popen(
+                cmd,
+                env=dict(env),
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs.append((name, proc))
+
+    def start(self, echo: Callable[[str], None] = print) -> None:
+        """Start the gateway, Dagster and the demo clients; return once they answer."""
+        s = self.settings
+        data = s.data_dir.resolve()
+        data.mkdir(parents=True, exist_ok=True)
+        dagster_home = data / "dagster"
+        dagster_home.mkdir(exist_ok=True)
+        defs = self._defs_dir().resolve()
+        env = {
+            **self.env,
+            "LAKESYNC_DATA_DIR": str(data),
+            "LAKESYNC_DEFS_DIR": str(defs),
+            "LAKESYNC_WAL_URL": "sqlite:///" + str(data / "wal.db"),
+            "LAKESYNC_BACKLOG_BYTES": str(s.backlog_bytes),
+            "LAKESYNC_BACKLOG_AGE_SECONDS": str(s.backlog_age_seconds),
+            "DAGSTER_HOME": str(dagster_home),
+            "PYTHONUNBUFFERED": "1",
+        }
+        echo(f"gateway   → {self.gateway_url}   (log {data / 'gateway.log'})")
+        self._spawn(
+            "gateway",
+            [
+                sys.executable,
+                "-m",
+                "lakesync_platform.cli",
+                "gateway",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(s.gateway_port),
+                "--data-dir",
+                str(data),
+                "--no-auth",
+            ],
+            env,
+            s.workspace.parent,
+        )
+        gateway = self.procs[-1][1]
+        _wait_http(f"{self.gateway_url}/health", 60, lambda: gateway.poll() is None)
+        httpx.post(
+            f"{self.gateway_url}/v1/admin/schema/{DEMO_GATEWAY}", json=DEMO_SCHEMA, timeout=10
+        ).raise_for_status()
+        dagster_bin = Path(sys.executable).with_name("dagster")
+        dagster_cmd = (
+            [str(dagster_bin)] if dagster_bin.exists() else [sys.executable, "-m", "dagster"]
+        )
+        echo(f"dagster   → http://127.0.0.1:{s.dagster_port}   (log {data / 'dagster.log'})")
+        self._spawn(
+            "dagster",
+            [
+                *dagster_cmd,
+                "dev",
+                "-w",
+                str(s.workspace),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(s.dagster_port),
+            ],
+            env,
+            s.workspace.parent,
+        )
+        for i in range(s.demo_clients):
+            client = DemoClient(self.gateway_url, f"demo-client-{i + 1}", random.Random(i))
+            thread = threading.Thread(target=self._run_client, args=(client,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        echo(
+            f"demo      → {s.demo_clients} clients writing gateway '{DEMO_GATEWAY}' table 'todos'"
+            f"; destination {data / 'destination.db'}"
+        )
+
+    def _run_client(self, client: DemoClient) -> None:
+        with httpx.Client(timeout=10) as http:
+            while not self._stop.is_set():
+                try:
+                    client.step(http)
+                    self.pushed += 1
+                except httpx.HTTPError as exc:
+                    log.warning("demo client %s: %s", client.client_id, exc)
+                self._stop.wait(self.settings.demo_interval_s * (0.5 + client.rnd.random()))
+
+    def wait(self) -> int:
+        """Block until Ctrl-C or a child exits; return a process exit code."""
+        try:
+            while True:
+                for name, proc in self.procs:
+                    if proc.poll() is not None:
+                        log.error("%s exited with %s", name, proc.returncode)
+                        return 1
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            return 0
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """Stop the demo clients, then every child process (SIGTERM, then SIGKILL)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for _, proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()

@@ -1,0 +1,171 @@
+"""The Spark session factory: one Iceberg catalog named ``lakesync`` (ARCHITECTURE.md §6).
+
+Embedded default: ``local[*]``, an Iceberg JDBC catalog on SQLite at ``<data-dir>/catalog.db``
+and the warehouse folder ``<data-dir>/warehouse``. To scale out, the same code runs with
+``master`` pointing at a cluster, ``catalog_uri`` on Postgres and ``warehouse`` on S3.
+
+The Iceberg runtime comes either from Maven coordinates (``packages``, online users) or from a
+local jar folder (``jar_dir``, filled by :func:`lakesync_platform.spark.setup.ensure_jars`).
+Settings are plain values passed in; nothing here reads the environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from ..core.errors import LakeSyncError
+from .setup import ensure_jars, ensure_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "CATALOG",
+    "ICEBERG_PACKAGES",
+    "SparkSettings",
+    "create_spark_session",
+    "pyiceberg_catalog",
+]
+
+CATALOG = "lakesync"
+"""The catalog name on both sides (Spark and pyiceberg store it as a column: they must agree)."""
+ICEBERG_PACKAGES = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+"""Maven coordinates of the runtime, for machines that reach Maven Central."""
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    """Everything a session needs; defaults give the embedded local set-up under ``data_dir``.
+
+    ``catalog_uri`` is a JDBC URL (``jdbc:sqlite:…`` or ``jdbc:postgresql://…``; default
+    ``jdbc:sqlite:<data-dir>/catalog.db``) with optional ``catalog_user``/``catalog_password``.
+    ``warehouse`` is a ``file://`` or ``s3://`` URI (default ``file://<data-dir>/warehouse``).
+    Give ``packages`` (Maven coordinates) *or* ``jar_dir`` (local folder, the default
+    ``<data-dir>/jars``) for the Iceberg runtime. ``extra_conf`` is applied last.
+    """
+
+    data_dir: Path
+    master: str = "local[*]"
+    app_name: str = "lakesync"
+    catalog_uri: str | None = None
+    catalog_user: str | None = None
+    catalog_password: str | None = None
+    warehouse: str | None = None
+    jar_dir: Path | None = None
+    packages: str | None = None
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+    extra_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def resolved_catalog_uri(self) -> str:
+        """The catalog's JDBC URL."""
+        return self.catalog_uri or f"jdbc:sqlite:{self.data_dir.resolve() / 'catalog.db'}"
+
+    @property
+    def resolved_warehouse(self) -> str:
+        """The warehouse URI."""
+        return self.warehouse or (self.data_dir.resolve() / "warehouse").as_uri()
+
+    @property
+    def resolved_jar_dir(self) -> Path:
+        """The local jar folder."""
+        return self.jar_dir or self.data_dir / "jars"
+
+    def spark_conf(self, jars: tuple[Path, ...] = ()) -> dict[str, str]:
+        """The Spark configuration these settings stand for (``jars`` = local jar paths)."""
+        cat = f"spark.sql.catalog.{CATALOG}"
+        conf: dict[str, str] = {
+            "spark.sql.extensions": (
+                "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+            ),
+            cat: "org.apache.iceberg.spark.SparkCatalog",
+            f"{cat}.type": "jdbc",
+            f"{cat}.uri": self.resolved_catalog_uri,
+            f"{cat}.warehouse": self.resolved_warehouse,
+            "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
+            "spark.default.parallelism": str(self.shuffle_partitions),
+            "spark.sql.session.timeZone": "UTC",
+            "spark.driver.memory": self.driver_memory,
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.adaptive.enabled": "true",
+            "spark.ui.showConsoleProgress": "false",
+        }
+        if self.catalog_user is not None:
+            conf[f"{cat}.jdbc.user"] = self.catalog_user
+        if self.catalog_password is not None:
+            conf[f"{cat}.jdbc.password"] = self.catalog_password
+        if self.master.startswith("local"):
+            conf.update(
+                {
+                    "spark.ui.enabled": "false",
+                    "spark.driver.host": "127.0.0.1",
+                    "spark.driver.bindAddress": "127.0.0.1",
+                }
+            )
+        if self.packages:
+            conf["spark.jars.packages"] = self.packages
+        if jars:
+            conf["spark.jars"] = ",".join(str(j) for j in jars)
+        conf.update(self.extra_conf)
+        return conf
+
+
+def create_spark_session(settings: SparkSettings) -> SparkSession:
+    """Start (or reuse) the Spark session for ``settings``.
+
+    With no ``packages`` the local jar folder is filled first (idempotent). A session already
+    running in this process is returned as is: Spark allows one per JVM.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        key = f"spark.sql.catalog.{CATALOG}.uri"
+        running = active.conf.get(key, None)
+        if running not in (None, settings.resolved_catalog_uri):
+            raise LakeSyncError(
+                f"A Spark session with catalog {running!r} already runs in this process; "
+                f"cannot switch to {settings.resolved_catalog_uri!r}"
+            )
+        return active
+    ensure_java()
+    jars: tuple[Path, ...] = ()
+    if not settings.packages:
+        jars = ensure_jars(settings.resolved_jar_dir).all
+    if settings.resolved_warehouse.startswith("file:"):
+        Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
+    for key, value in settings.spark_conf(jars).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+def pyiceberg_catalog(settings: SparkSettings) -> object:
+    """A pyiceberg ``SqlCatalog`` over the same catalog the Spark session uses.
+
+    Only JDBC URLs for SQLite and PostgreSQL are translated (to SQLAlchemy URLs).
+    """
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    uri = settings.resolved_catalog_uri
+    if uri.startswith("jdbc:sqlite:"):
+        sa_uri = "sqlite:///" + uri.removeprefix("jdbc:sqlite:")
+    elif uri.startswith("jdbc:postgresql://"):
+        parsed = urlparse(uri.removeprefix("jdbc:"))
+        auth = ""
+        if settings.catalog_user:
+            auth = settings.catalog_user
+            if settings.catalog_password:
+                auth += f":{settings.catalog_password}"
+            auth += "@"
+        sa_uri = f"postgresql+psycopg://{auth}{parsed.netloc}{parsed.path}"
+    else:
+        raise ValueError(f"pyiceberg_catalog: unsupported catalog URI {uri!r}")
+    return SqlCatalog(CATALOG, uri=sa_uri, warehouse=settings.resolved_warehouse)
