@@ -67,7 +67,11 @@ class ColumnState(msgspec.Struct, array_like=True):
     client_id: str
 
 
-class RowState(msgspec.Struct, rename={"columns": "c", "delete_hlc": "dh", "delete_client": "dc"}):
+class RowState(
+    msgspec.Struct,
+    rename={"columns": "c", "delete_hlc": "dh", "delete_client": "dc"},
+    forbid_unknown_fields=True,
+):
     """A row's per-column state plus its newest delete stamp (``0, ""`` if never deleted).
 
     Invariant: every column's stamp is newer than the delete stamp.

@@ -30,7 +30,6 @@ sets its cursor to it, and it must never jump past entries the client has not re
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -138,8 +137,6 @@ class SyncService:
         self._monotonic = monotonic
         self.max_backlog_bytes = max_backlog_bytes
         self._configs: dict[str, _GatewayConfig] = {}
-        self._lock = threading.Lock()
-        self._recorded_since: dict[tuple[str, str], int] = {}
 
     # ------------------------------------------------------------------ config
 
@@ -199,7 +196,7 @@ class SyncService:
                     f"Remote clock is {drift}ms ahead (max drift: {MAX_DRIFT_MS}ms)"
                 )
         view = ClientView(cfg.rules, claims or {}) if cfg.has_filters else None
-        new_columns: list[tuple[str, str]] = []
+        new_columns: list[tuple[str, str, int]] = []
         with self.wal.write() as conn:
             lock = self.wal.lock_gateway(conn, gw, now)
             if (
@@ -264,7 +261,7 @@ class SyncService:
                     for col in d.columns:
                         if col.column not in table_known:
                             table_known.add(col.column)
-                            new_columns.append((d.table, col.column))
+                            new_columns.append((d.table, col.column, len(table_known)))
             for key in bump:
                 cursor += 1
                 positions[key] = cursor
@@ -294,7 +291,7 @@ class SyncService:
                 self.wal.save_client_records(conn, gw, client_id, marks)
             last_since = self.wal.last_since(conn, gw, client_id)
         if new_columns:
-            for tbl, name in new_columns:
+            for tbl, name, _ordinal in new_columns:
                 cfg.columns.setdefault(tbl, []).append(name)
         return PushResult(len(deltas), duplicates, tuple(entries), last_since or 0)
 
@@ -318,7 +315,7 @@ class SyncService:
         since_tag, since_pos = split_cursor(max(since, 0))
         resync = since_tag != tag
         start = 0 if resync else since_pos
-        self._record_pull(gw, client_id, max(since, 0))
+        self.wal.record_pull(gw, client_id, max(since, 0), self._clock())
 
         out: list[dict[str, Any]] = []
         pending_marks: list[tuple[str, bool]] = []
@@ -370,16 +367,6 @@ class SyncService:
             with self.wal.write() as conn:
                 self.wal.save_client_records(conn, gw, client_id, marks)
         return PullPage(out, server_cursor, has_more)
-
-    def _record_pull(self, gw: str, client_id: str, since: int) -> None:
-        key = (gw, client_id)
-        if self._recorded_since.get(key) == since:
-            return
-        self.wal.record_pull(gw, client_id, since, self._clock())
-        with self._lock:
-            if len(self._recorded_since) > 100_000:
-                self._recorded_since.clear()
-            self._recorded_since[key] = since
 
     def _encode_row(
         self, cfg: _GatewayConfig, row: StoredRow, visible: bool, stamped: bool

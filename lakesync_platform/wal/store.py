@@ -94,9 +94,12 @@ def decode_columns(text: str) -> tuple[ColumnDelta, ...]:
 class WriteAheadLog:
     """The accepted-change log, row state, delivery state and config store of every gateway."""
 
-    def __init__(self, write_engine: Engine, read_engine: Engine, url: str) -> None:
+    def __init__(
+        self, write_engine: Engine, read_engine: Engine, url: str, meta_engine: Engine | None = None
+    ) -> None:
         self._write = write_engine
         self._read = read_engine
+        self._meta = meta_engine or write_engine
         self.url = url
         self.dialect = write_engine.dialect.name
 
@@ -111,14 +114,18 @@ class WriteAheadLog:
             if url.startswith("sqlite"):
                 write_engine = create_engine(url, pool_size=4, max_overflow=8)
                 read_engine = create_engine(url, pool_size=8, max_overflow=16)
+                sqlite_meta = create_engine(url, pool_size=2, max_overflow=8)
                 _configure_sqlite(write_engine, immediate=True)
                 _configure_sqlite(read_engine, immediate=False)
+                _configure_sqlite(sqlite_meta, immediate=True, synchronous="NORMAL")
+                meta_engine: Engine | None = sqlite_meta
             elif url.startswith("postgresql"):
                 write_engine = create_engine(url, pool_size=pool_size, pool_pre_ping=True)
                 read_engine = write_engine
+                meta_engine = None
             else:
                 raise AdapterError(f"Unsupported WAL URL {url!r}: use sqlite:/// or postgresql://")
-            wal = cls(write_engine, read_engine, url)
+            wal = cls(write_engine, read_engine, url, meta_engine)
             wal._migrate(now_ms)
         except (SQLAlchemyError, AdapterError) as exc:
             raise AdapterError(f"Cannot open the WAL at {_redact(url)}: {exc}") from exc
@@ -132,9 +139,8 @@ class WriteAheadLog:
 
     def close(self) -> None:
         """Release every connection."""
-        self._write.dispose()
-        if self._read is not self._write:
-            self._read.dispose()
+        for engine in {self._write, self._read, self._meta}:
+            engine.dispose()
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -242,7 +248,7 @@ class WriteAheadLog:
         new_delta_ids: Sequence[str],
         last_cursor: int,
         added_bytes: int,
-        new_columns: Sequence[tuple[str, str]],
+        new_columns: Sequence[tuple[str, str, int]],
     ) -> None:
         """Write one push's effects; the caller holds the gateway lock and commits.
 
@@ -300,8 +306,8 @@ class WriteAheadLog:
             conn.execute(
                 self._insert(t.table_columns).on_conflict_do_nothing(),
                 [
-                    {"gateway_id": gw, "tbl": tbl, "col": col, "ordinal": i}
-                    for i, (tbl, col) in enumerate(new_columns)
+                    {"gateway_id": gw, "tbl": tbl, "col": col, "ordinal": ordinal}
+                    for tbl, col, ordinal in new_columns
                 ],
             )
         conn.exec_driver_sql(
@@ -396,7 +402,8 @@ class WriteAheadLog:
                     "held": 1 if rec.held else 0,
                     "at_cursor": rec.at_cursor,
                 }
-                for key, rec in records.items()
+                # Sorted: every transaction locks client rows in one order (no deadlocks).
+                for key, rec in sorted(records.items())
             ],
         )
 
@@ -409,16 +416,31 @@ class WriteAheadLog:
         return None if value is None else int(value)
 
     def record_pull(self, gw: str, client_id: str, since: int, now_ms: int) -> None:
-        """Remember that ``client_id`` pulled from ``since`` (it holds everything before it)."""
-        stmt = self._insert(t.clients).values(
-            gateway_id=gw, client_id=client_id, last_since=since, updated_ms=now_ms
+        """Remember that ``client_id`` pulled from ``since`` (it holds everything before it).
+
+        Written on every pull that changes it, from any process. This is bookkeeping, not data:
+        it commits without waiting for fsync (SQLite ``synchronous=NORMAL``, PostgreSQL
+        ``synchronous_commit=off``) — durable across a crash of the gateway, not a power cut.
+        """
+        sql = (
+            "INSERT INTO wal_clients (gateway_id, client_id, last_since, updated_ms)"
+            " VALUES (?,?,?,?) ON CONFLICT (gateway_id, client_id) DO UPDATE SET"
+            " last_since = excluded.last_since, updated_ms = excluded.updated_ms"
+            " WHERE wal_clients.last_since <> excluded.last_since"
         )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["gateway_id", "client_id"],
-            set_={"last_since": stmt.excluded.last_since, "updated_ms": stmt.excluded.updated_ms},
-        )
-        with self.write() as conn:
-            conn.execute(stmt)
+        with self.bookkeeping() as conn:
+            conn.exec_driver_sql(self._sql(sql), (gw, client_id, since, now_ms))
+
+    @contextmanager
+    def bookkeeping(self) -> Iterator[Connection]:
+        """A write transaction for delivery bookkeeping that need not wait for fsync."""
+        try:
+            with self._meta.begin() as conn:
+                if self.dialect == "postgresql":
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
+                yield conn
+        except SQLAlchemyError as exc:
+            raise AdapterError(f"WAL write failed: {exc.__class__.__name__}: {exc}") from exc
 
     def table_columns(self, gw: str) -> dict[str, list[str]]:
         """Every column ever accepted, per table, in first-seen order."""
@@ -683,15 +705,15 @@ class WriteAheadLog:
             )
 
 
-def _configure_sqlite(engine: Engine, *, immediate: bool) -> None:
-    """WAL journal, full fsync on commit, busy timeout, and explicit transaction control."""
+def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FULL") -> None:
+    """WAL journal, fsync on commit (``FULL``), busy timeout, explicit transaction control."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
