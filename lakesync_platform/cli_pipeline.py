@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -94,10 +95,17 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
         os.environ,
     )
     code = 1
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
     try:
         stack.start(click.echo)
         click.echo("running — open the Dagster UI; Ctrl-C stops everything")
         code = stack.wait()
+    except KeyboardInterrupt:
+        code = 0
     except (RuntimeError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
     finally:

@@ -1,1 +1,1 @@
-
+"""Destinations and sources: SQL adapters (Postgres, MySQL/MariaDB, SQLite)."""

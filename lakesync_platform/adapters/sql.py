@@ -20,12 +20,13 @@ Driver errors are translated to :class:`~lakesync_platform.core.errors.AdapterEr
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,6 +35,9 @@ from ..core.delta import ColumnDelta, RowDelta, check_identifier
 from ..core.errors import AdapterError
 from ..core.merge import RowState, merge_delta
 from ..core.schema import TableSchema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["DESTINATION_TYPES", "DestinationRow", "SqlAdapter"]
 
@@ -226,8 +230,7 @@ class SqlAdapter:
         sets.append(f"{d.q('synced_at')} = excluded.{d.q('synced_at')}")
         col_list = ", ".join(d.q(c) for c in [*all_cols, "synced_at"])
         if d.name == "postgresql":
-            self._pg_upsert(conn, schema, name, all_cols, col_list, target, sets, rows, synced_at)
-            return len(rows)
+            return self._pg_upsert(conn, schema, name, rows, synced_at)
         stamp = synced_at.strftime("%Y-%m-%d %H:%M:%S.%f")
         params = [(*row, stamp) for row in _sqlite_bools(d.name, schema, rows)]
         placeholders = ", ".join(["%s" if d.name == "mysql" else "?"] * (len(all_cols) + 1))
@@ -253,42 +256,76 @@ class SqlAdapter:
             cursor.close()
         return len(rows)
 
+    def upsert_arrow(
+        self,
+        conn: Connection,
+        schema: TableSchema,
+        rows: pa.Table,
+        synced_at: datetime,
+        name: str | None = None,
+    ) -> int:
+        """Upsert an Arrow table whose columns are ``row_id`` then the schema's columns.
+
+        Postgres streams it to ``COPY`` as CSV written by Arrow (no per-row Python); the other
+        dialects go through :meth:`upsert_rows`.
+        """
+        if rows.num_rows == 0:
+            return 0
+        if self.dialect.name != "postgresql":
+            columns = [rows.column(i).to_pylist() for i in range(rows.num_columns)]
+            return self.upsert_rows(conn, schema, list(zip(*columns, strict=True)), synced_at, name)
+        return self._pg_upsert(conn, schema, name or schema.table, rows, synced_at)
+
     def _pg_upsert(
         self,
         conn: Connection,
         schema: TableSchema,
         name: str,
-        all_cols: list[str],
-        col_list: str,
-        target: list[str],
-        sets: list[str],
-        rows: Sequence[DestinationRow],
+        rows: Sequence[DestinationRow] | pa.Table,
         synced_at: datetime,
-    ) -> None:
+    ) -> int:
+        """COPY ``rows`` into a temporary stage, then ``INSERT … ON CONFLICT DO UPDATE``."""
         d = self.dialect
         types = DESTINATION_TYPES["postgresql"]
-        by_name = {c.name: c for c in schema.columns}
-        stage_cols = [f"{d.q('row_id')} TEXT"] + [
-            f"{d.q(c)} {types[by_name[c].type]}" for c in all_cols[1:]
-        ]
+        cols = [c for c in schema.columns if c.name != "row_id"]
+        all_cols = ["row_id", *[c.name for c in cols]]
+        stage_cols = [f"{d.q('row_id')} TEXT"] + [f"{d.q(c.name)} {types[c.type]}" for c in cols]
         stage = d.q("_lakesync_stage")
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {stage}")
         conn.exec_driver_sql(f"CREATE TEMP TABLE {stage} ({', '.join(stage_cols)}) ON COMMIT DROP")
         raw = conn.connection.driver_connection
+        col_list = ", ".join(d.q(c) for c in all_cols)
         with raw.cursor() as cur:  # type: ignore[union-attr]
-            copy_sql = f"COPY {stage} ({', '.join(d.q(c) for c in all_cols)}) FROM STDIN"
-            with cur.copy(copy_sql) as copy:
-                for row in rows:
-                    copy.write_row(row)
-        select_cols = ", ".join(d.q(c) for c in all_cols)
-        conn.execute(
+            if isinstance(rows, Sequence):
+                with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                import pyarrow.csv as pacsv
+
+                buffer = io.BytesIO()
+                pacsv.write_csv(
+                    rows, buffer, pacsv.WriteOptions(include_header=False, quoting_style="needed")
+                )
+                with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN WITH (FORMAT csv)") as copy:
+                    copy.write(buffer.getvalue())
+        target = [c.name for c in schema.columns if c.name == schema.external_id_column] or list(
+            schema.primary_key
+        )
+        sets = [f"{d.q(c)} = excluded.{d.q(c)}" for c in all_cols[1:]]
+        if schema.soft_delete:
+            sets.append(f"{d.q('deleted_at')} = NULL")
+        sets.append(f"{d.q('synced_at')} = excluded.{d.q('synced_at')}")
+        result = conn.execute(
             text(
-                f"INSERT INTO {d.q(name)} ({col_list}) SELECT {select_cols}, :ts FROM {stage} "
+                f"INSERT INTO {d.q(name)} ({col_list}, {d.q('synced_at')}) "
+                f"SELECT {col_list}, :ts FROM {stage} "
                 f"ON CONFLICT ({', '.join(d.q(c) for c in target)}) DO UPDATE SET {', '.join(sets)}"
             ),
             {"ts": synced_at},
         )
         conn.exec_driver_sql(f"DROP TABLE {stage}")
+        return int(result.rowcount or 0)
 
     def delete_rows(
         self,

@@ -51,6 +51,18 @@ DEMO_SCHEMA: dict[str, Any] = {
 }
 
 
+DAGSTER_YAML = """\
+# Written by `lakesync dev`: one sync run per gateway at a time.
+concurrency:
+  runs:
+    tag_concurrency_limits:
+      - key: lakesync/gateway
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
+"""
+
+
 def demo_defs_yaml() -> str:
     """The declarations file of the demo (same content as the repository's ``defs/todos.yaml``)."""
     return (
@@ -187,6 +199,7 @@ class DevStack:
         data.mkdir(parents=True, exist_ok=True)
         dagster_home = data / "dagster"
         dagster_home.mkdir(exist_ok=True)
+        (dagster_home / "dagster.yaml").write_text(DAGSTER_YAML)
         defs = self._defs_dir().resolve()
         env = {
             **self.env,

@@ -88,7 +88,7 @@ class PipelineSettings:
         defs_dir: str | None = None,
     ) -> PipelineSettings:
         """Settings from ``LAKESYNC_*`` variables, overridden by explicit values."""
-        data = Path(data_dir or env.get("LAKESYNC_DATA_DIR") or ".lakesync").resolve()
+        data = Path(data_dir or env.get("LAKESYNC_DATA_DIR") or "data").resolve()
         defs = defs_dir or env.get("LAKESYNC_DEFS_DIR") or "defs"
         spark = SparkSettings(
             data_dir=data,

@@ -1,1 +1,1 @@
-
+"""Spark session factory, offline set-up and the pipeline jobs (flush, state, materialise)."""

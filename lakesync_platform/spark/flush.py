@@ -68,13 +68,13 @@ class LakeWatermark:
 
 @dataclass(frozen=True, slots=True)
 class FlushResult:
-    """What one flush did: WAL range ``(from_cursor - 1, to_cursor]``, rows and bytes written."""
+    """What one flush did: WAL range ``[from_cursor, to_cursor]``, rows and lake bytes written."""
 
     gateway_id: str
     from_cursor: int
     to_cursor: int
     entries: int
-    wal_bytes: int
+    lake_bytes: int
     snapshot_id: int | None
     seconds: float
 
@@ -164,26 +164,26 @@ def commit_flush(
     if head <= mark.cursor:
         wal.set_flush_watermark(gw, mark.cursor)
         return FlushResult(gw, mark.cursor + 1, mark.cursor, 0, 0, mark.snapshot_id, 0.0)
-    rows = wal_to_log(read_wal_entries(spark, source, gw, mark.cursor, head)).cache()
+    rows = wal_to_log(read_wal_entries(spark, source, gw, mark.cursor, head))
+    name = ensure_deltas_table(spark, gw)
+    writer = rows.writeTo(name)
+    writer = writer.option(f"snapshot-property.{WAL_FROM_PROP}", str(mark.cursor + 1))
+    writer = writer.option(f"snapshot-property.{WAL_TO_PROP}", str(head))
+    if mark.snapshot_id is not None:
+        writer = writer.option("validate-from-snapshot-id", str(mark.snapshot_id))
+    writer = writer.option("isolation-level", "serializable")
     try:
-        stats = rows.agg(F.count("*").alias("n"), F.sum("size").alias("bytes")).collect()[0]
-        count, size = int(stats["n"]), int(stats["bytes"] or 0)
-        writer = rows.writeTo(ensure_deltas_table(spark, gw))
-        writer = writer.option(f"snapshot-property.{WAL_FROM_PROP}", str(mark.cursor + 1))
-        writer = writer.option(f"snapshot-property.{WAL_TO_PROP}", str(head))
-        writer = writer.option("snapshot-property.lakesync.wal.entries", str(count))
-        if mark.snapshot_id is not None:
-            writer = writer.option("validate-from-snapshot-id", str(mark.snapshot_id))
-        writer = writer.option("isolation-level", "serializable")
-        try:
-            writer.overwrite(F.col("cursor") > F.lit(mark.cursor))
-        except Exception as exc:  # py4j / analysis errors: translate at the edge
-            raise FlushError(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
-    finally:
-        rows.unpersist()
+        writer.overwrite(F.col("cursor") > F.lit(mark.cursor))
+    except Exception as exc:  # py4j / analysis errors: translate at the edge
+        raise FlushError(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
     after = lake_watermark(spark, gw)
     if after.cursor != head:
         raise FlushError(f"Flush of {gw!r}: lake watermark is {after.cursor}, expected {head}")
+    summary = spark.sql(
+        f"SELECT summary FROM {name}.snapshots WHERE snapshot_id = {after.snapshot_id}"
+    ).collect()[0]["summary"]
+    count = int(summary.get("added-records", 0))
+    size = int(summary.get("added-files-size", 0))
     result = FlushResult(gw, mark.cursor + 1, head, count, size, after.snapshot_id, 0.0)
     if after_commit is not None:
         after_commit(result)
@@ -214,7 +214,7 @@ def flush_gateway(
         result.from_cursor,
         result.to_cursor,
         result.entries,
-        result.wal_bytes,
+        result.lake_bytes,
         result.snapshot_id,
         clock() - started,
     )

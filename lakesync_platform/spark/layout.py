@@ -166,11 +166,16 @@ def ensure_deltas_table(spark: SparkSession, gw: str) -> str:
         "row_id string NOT NULL, op string NOT NULL, client_id string NOT NULL, "
         "hlc bigint NOT NULL, `columns` string NOT NULL, ingest_ms bigint NOT NULL, "
         "ingest_ts timestamp NOT NULL, size int NOT NULL"
-        f") USING iceberg PARTITIONED BY (`table`, days(ingest_ts)) {_TBL_PROPS}"
+        f") USING iceberg PARTITIONED BY (`table`, days(ingest_ts)) {_LOG_PROPS}"
     )
     return name
 
 
+# A flush batch touches few (table, day) partitions: a fan-out writer avoids shuffling the batch.
+_LOG_PROPS = _TBL_PROPS.replace(
+    "TBLPROPERTIES (",
+    "TBLPROPERTIES ('write.distribution-mode'='none', 'write.spark.fanout.enabled'='true', ",
+)
 _STATE_PROPS = _TBL_PROPS.replace(
     "TBLPROPERTIES (",
     "TBLPROPERTIES ('write.merge.mode'='merge-on-read', 'write.update.mode'='merge-on-read', "

@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..adapters.sql import DestinationRow, SqlAdapter
+from ..adapters.sql import SqlAdapter
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
@@ -58,22 +59,16 @@ def changed_rows(state: DataFrame, schema: TableSchema, after: int) -> DataFrame
     )
 
 
-def _batches(df: DataFrame, width: int) -> Iterator[tuple[list[DestinationRow], list[str], int]]:
-    upserts: list[DestinationRow] = []
-    deletes: list[str] = []
-    top = 0
-    for row in df.toLocalIterator(prefetchPartitions=True):
-        values: tuple[Any, ...] = tuple(row)
-        top = max(top, values[width + 1])
-        if values[width]:
-            upserts.append(values[:width])
-        else:
-            deletes.append(values[0])
-        if len(upserts) + len(deletes) >= _BATCH:
-            yield upserts, deletes, top
-            upserts, deletes = [], []
-    if upserts or deletes:
-        yield upserts, deletes, top
+def _arrow_batches(df: DataFrame) -> Iterator[pa.Table]:
+    """The frame as Arrow tables of at most ``_BATCH`` rows (collected through Arrow, fast)."""
+    import pyarrow as pa
+
+    batches = df._collect_as_arrow(split_batches=True)
+    if not batches:
+        return
+    table = pa.Table.from_batches(batches)
+    for offset in range(0, table.num_rows, _BATCH):
+        yield table.slice(offset, _BATCH)
 
 
 def materialise_table(
@@ -98,13 +93,17 @@ def materialise_table(
     top = changed.agg(F.max("cursor").alias("m")).collect()[0]["m"]
     if top is None:
         return MaterialiseResult(gw, schema.table, dest, mark + 1, mark, 0, 0, clock() - started)
-    width = 1 + len(synced_columns(schema))
+    import pyarrow.compute as pc
+
+    value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     synced_at = now()
     with adapter.transaction() as conn:
-        for upserts, deletes, _ in _batches(changed.filter(F.col("cursor") <= top), width):
-            upserted += adapter.upsert_rows(conn, schema, upserts, synced_at, dest)
-            deleted += adapter.delete_rows(conn, schema, deletes, synced_at, dest)
+        for batch in _arrow_batches(changed.filter(F.col("cursor") <= top)):
+            live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
+            dead = batch.filter(pc.invert(batch.column("live"))).column("row_id").to_pylist()
+            upserted += adapter.upsert_arrow(conn, schema, live, synced_at, dest)
+            deleted += adapter.delete_rows(conn, schema, dead, synced_at, dest)
         adapter.set_watermark(conn, key, int(top))
     return MaterialiseResult(
         gw, schema.table, dest, mark + 1, int(top), upserted, deleted, clock() - started

@@ -93,7 +93,13 @@ class SparkSettings:
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
+            # A log entry names each column once; should one ever repeat, the last one wins.
+            "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         }
+        if conf[f"{cat}.uri"].startswith("jdbc:sqlite:"):
+            # Several processes (Dagster runs, ``lakesync run``) may commit at once: wait for
+            # SQLite's lock instead of failing with SQLITE_BUSY.
+            conf[f"{cat}.jdbc.busy_timeout"] = "60000"
         if self.catalog_user is not None:
             conf[f"{cat}.jdbc.user"] = self.catalog_user
         if self.catalog_password is not None:

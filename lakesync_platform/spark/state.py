@@ -50,9 +50,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "StateResult",
-    "explode_log_columns",
     "fold_log",
     "merge_states",
+    "parse_log_columns",
     "state_table_exists",
     "state_watermark",
     "update_state",
@@ -60,14 +60,22 @@ __all__ = [
 
 _STRING_MARK = "\u0001"
 # msgspec writes each effective column as {"column":"<ident>","value":<json>} (compact, in that
-# key order). Marking string values right after the structural prefix lets Spark's JSON parser,
-# which hands back strings unquoted, still tell the string "5" from the number 5.
-_VALUE_PREFIX = r'("column"\s*:\s*"[A-Za-z_][A-Za-z0-9_]{0,63}"\s*,\s*"value"\s*:\s*")'
+# key order). Spark's JSON parser hands string values back unquoted, so for json-typed columns a
+# string value is marked with U+0001 right after that structural prefix, which tells the string
+# "5" from the number 5. Only entries that carry a json-typed column pay for the regex.
+
+
+def _value_prefix(names: list[str]) -> str:
+    alternatives = "|".join(names)
+    return rf'("column"\s*:\s*"(?:{alternatives})"\s*,\s*"value"\s*:\s*")'
 
 
 @dataclass(frozen=True, slots=True)
 class StateResult:
-    """What one state run did for one table: log range merged, rows touched (and live of them)."""
+    """What one state run did for one table: log range merged, rows touched, live among them.
+
+    ``live_changed`` is ``-1`` after a first load (not counted, to keep that path one pass).
+    """
 
     gateway_id: str
     table: str
@@ -96,42 +104,37 @@ def _newer(h1: Column, c1: Column, h2: Column, c2: Column, *, ties: bool) -> Col
 
 
 def _typed_value(raw: Column, typ: str) -> Column:
-    """Raw JSON token text (strings carry the mark) → the state column's value."""
+    """Raw JSON token text → the state column's value (json strings carry the U+0001 mark)."""
     from pyspark.sql import functions as F
 
-    is_str = raw.startswith(_STRING_MARK)
-    text = F.when(is_str, raw.substr(F.lit(2), F.length(raw))).otherwise(raw)
     if typ == "number":
-        return text.cast("double")
+        return raw.cast("double")
     if typ == "boolean":
-        return F.when(text == "true", F.lit(True)).when(text == "false", F.lit(False))
+        return F.when(raw == "true", F.lit(True)).when(raw == "false", F.lit(False))
     if typ == "json":
+        is_str = raw.startswith(_STRING_MARK)
+        text = raw.substr(F.lit(2), F.length(raw))
         quoted = F.to_json(F.struct(text.alias("v")))
-        return F.when(is_str, quoted.substr(F.lit(6), F.length(quoted) - 6)).otherwise(text)
-    return text
+        return F.when(is_str, quoted.substr(F.lit(6), F.length(quoted) - 6)).otherwise(raw)
+    return raw
 
 
-def explode_log_columns(log: DataFrame) -> DataFrame:
-    """Pure: one row per ``(entry, column)`` (deletes keep one row with a null column).
+def parse_log_columns(log: DataFrame, json_columns: list[str] | None = None) -> DataFrame:
+    """Pure: add ``_m``, the entry's columns as ``map<column, raw JSON token text>``.
 
-    Output columns: ``cursor, row_id, op, hlc, client_id, column, raw`` where ``raw`` is the
-    value's JSON token text and string values are prefixed with U+0001.
+    Deletes get an empty map. String values of ``json_columns`` are prefixed with U+0001.
     """
     from pyspark.sql import functions as F
 
-    marked = F.regexp_replace(F.col("columns"), _VALUE_PREFIX, "$1\\\\u0001")
-    parsed = F.from_json(marked, "array<struct<column:string,value:string>>")
-    return log.select(
-        "cursor", "row_id", "op", "hlc", "client_id", F.explode_outer(parsed).alias("c")
-    ).select(
-        "cursor",
-        "row_id",
-        "op",
-        "hlc",
-        "client_id",
-        F.col("c.column").alias("column"),
-        F.col("c.value").alias("raw"),
-    )
+    text = F.col("columns")
+    if json_columns:
+        carries = F.lit(False)
+        for name in json_columns:
+            carries = carries | text.contains(f'"column":"{name}"')
+        marked = F.regexp_replace(text, _value_prefix(json_columns), "$1\\\\u0001")
+        text = F.when(carries, marked).otherwise(text)
+    parsed = F.from_json(text, "array<struct<column:string,value:string>>")
+    return log.withColumn("_m", F.map_from_entries(parsed))
 
 
 def _finish(df: DataFrame, schema: TableSchema) -> DataFrame:
@@ -163,9 +166,11 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
     """Pure: change-log rows of ``schema.table`` → one partial state row per ``row_id``."""
     from pyspark.sql import functions as F
 
-    cells = explode_log_columns(log.filter(F.col("table") == log_table(schema)))
+    json_columns = [name for name, typ in synced_columns(schema) if typ == "json"]
+    entries = parse_log_columns(log.filter(F.col("table") == log_table(schema)), json_columns)
+    entries = entries.withColumn("_k", _client_key(F.col("client_id")))
     is_delete = F.col("op") == DELETE
-    key = _client_key(F.col("client_id"))
+    key = F.col("_k")
     aggs = [
         F.max("cursor").alias(CURSOR_COL),
         F.max(F.when(is_delete, F.struct(F.col("hlc"), key.alias("k"), F.col("client_id")))).alias(
@@ -175,10 +180,15 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
     cols = synced_columns(schema)
     for i, (name, _) in enumerate(cols):
         winner = F.struct(
-            F.col("hlc"), key.alias("k"), F.col("cursor"), F.col("client_id"), F.col("raw")
+            F.col("hlc"),
+            key.alias("k"),
+            F.col("cursor"),
+            F.col("client_id"),
+            F.col("_m").getItem(name).alias("raw"),
         )
-        aggs.append(F.max(F.when(~is_delete & (F.col("column") == name), winner)).alias(f"_w{i}"))
-    folded = cells.groupBy("row_id").agg(*aggs)
+        writes = ~is_delete & F.map_contains_key(F.col("_m"), name)
+        aggs.append(F.max(F.when(writes, winner)).alias(f"_w{i}"))
+    folded = entries.groupBy("row_id").agg(*aggs)
     projected = [
         F.col("row_id"),
         F.col(CURSOR_COL),
@@ -254,14 +264,31 @@ def update_state(
     """
     from pyspark.sql import functions as F
 
+    from .flush import lake_watermark
+
     started = clock()
     target = ensure_state_table(spark, gw, schema)
     log_name = ensure_deltas_table(spark, gw)
     mark = state_watermark(spark, target)
+    upper = lake_watermark(spark, gw).cursor  # pins the batch: (mark, upper]
+    if upper <= mark:
+        return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
     batch = spark.table(log_name).filter(
-        (F.col("table") == log_table(schema)) & (F.col("cursor") > F.lit(mark))
+        (F.col("table") == log_table(schema))
+        & (F.col("cursor") > F.lit(mark))
+        & (F.col("cursor") <= F.lit(upper))
     )
     incoming = fold_log(batch, schema)
+    if mark == 0 and spark.table(target).isEmpty():
+        # First load: the folded batch *is* the state — one append, no join, no cache. (Runs
+        # of one gateway are serialised, see assets/; a concurrent first load is not expected.)
+        incoming.writeTo(target).append()
+        summary = spark.sql(
+            f"SELECT summary FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1"
+        ).collect()[0]["summary"]
+        rows = int(summary.get("added-records", 0))
+        top = state_watermark(spark, target) if rows else mark
+        return StateResult(gw, schema.table, mark + 1, top, rows, -1, clock() - started)
     merged = merge_states(spark.table(target), incoming, schema).cache()
     try:
         stats = merged.agg(

@@ -1,0 +1,284 @@
+"""Assets, asset checks and the sync job of one gateway.
+
+Asset keys (group = gateway id):
+
+* ``<gw>/lakesync_deltas`` — the Iceberg change log (flush);
+* ``<gw>/state/<table>`` — one Iceberg state table per table (state);
+* ``<gw>/<destination>/<table>`` — one destination table per declared destination and table.
+
+The job ``sync_<gw>`` materialises all of them in order, so state and destinations always follow
+a flush; sensors and the schedule launch it. Its runs carry the tag ``lakesync/gateway=<gw>``:
+a Dagster tag concurrency limit of 1 on it (``lakesync dev`` configures one) keeps one run per
+gateway at a time, and the sensors skip while a run of the job is active.
+"""
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import dagster as dg
+from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
+
+from lakesync_platform.core.schema import TableSchema
+from lakesync_platform.pipeline.declarations import DestinationDecl
+from lakesync_platform.pipeline.jobs import CheckOutcome
+
+from .resources import LakeSyncResource
+
+__all__ = [
+    "FLUSH_REQUESTS_TAG",
+    "GATEWAY_TAG",
+    "GatewayDefs",
+    "active_run_count",
+    "build_gateway_defs",
+    "sync_job_name",
+]
+
+GATEWAY_TAG = "lakesync/gateway"
+"""Run tag naming the gateway a sync run works on (the key of its concurrency limit)."""
+FLUSH_REQUESTS_TAG = "lakesync/flush_requests"
+"""Run tag listing the gateway flush-request ids a run serves (comma-separated)."""
+
+
+_ACTIVE = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def active_run_count(instance: dg.DagsterInstance, job_name: str) -> int:
+    """How many runs of ``job_name`` are queued or running."""
+    return len(
+        instance.get_run_records(
+            filters=dg.RunsFilter(job_name=job_name, statuses=_ACTIVE), limit=5
+        )
+    )
+
+
+def sync_job_name(gw: str) -> str:
+    """Name of the job that flushes, merges and materialises gateway ``gw``."""
+    return f"sync_{gw.replace('-', '_')}"
+
+
+def _key_part(gw: str) -> str:
+    return gw.replace("-", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayDefs:
+    """The definitions of one gateway."""
+
+    assets: list[dg.AssetsDefinition]
+    checks: list[dg.AssetChecksDefinition]
+    job: UnresolvedAssetJobDefinition
+    deltas_key: dg.AssetKey
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _mark_requests(
+    resource: LakeSyncResource, context: dg.AssetExecutionContext, status: str, detail: str
+) -> None:
+    ids = context.run.tags.get(FLUSH_REQUESTS_TAG, "")
+    for request_id in filter(None, ids.split(",")):
+        resource.wal().update_flush_request(request_id, status, detail, _now_ms())
+
+
+def build_gateway_defs(
+    gw: str, tables: Mapping[str, TableSchema], destinations: Mapping[str, DestinationDecl]
+) -> GatewayDefs:
+    """Build the assets, checks and job of ``gw`` for the tables and destinations known now."""
+    part = _key_part(gw)
+    deltas_key = dg.AssetKey([part, "lakesync_deltas"])
+    state_keys = {t: dg.AssetKey([part, "state", t]) for t in tables}
+    dest_keys = {
+        (d, t): dg.AssetKey([part, d, t])
+        for d, dest in destinations.items()
+        for t in tables
+        if dest.covers(t)
+    }
+
+    @dg.asset(
+        key=deltas_key,
+        group_name=part,
+        kinds={"iceberg", "spark"},
+        description=f"Iceberg change log of gateway {gw!r}: every WAL entry exactly once.",
+    )
+    def change_log(
+        context: dg.AssetExecutionContext, lakesync: LakeSyncResource
+    ) -> dg.MaterializeResult:
+        try:
+            result = lakesync.pipeline().flush(gw)
+        except Exception as exc:
+            _mark_requests(lakesync, context, "failed", f"flush failed: {exc}"[:2000])
+            raise
+        detail = (
+            f"flushed {result.entries} entries (cursor {result.from_cursor}..{result.to_cursor})"
+        )
+        _mark_requests(lakesync, context, "succeeded", detail)
+        return dg.MaterializeResult(
+            metadata={
+                "entries": result.entries,
+                "lake_bytes": result.lake_bytes,
+                "wal_range": f"{result.from_cursor}..{result.to_cursor}",
+                "lake_watermark": result.to_cursor,
+                "snapshot_id": str(result.snapshot_id),
+                "seconds": round(result.seconds, 3),
+            }
+        )
+
+    assets: list[dg.AssetsDefinition] = [change_log]
+
+    if state_keys:
+
+        @dg.multi_asset(
+            name=f"{part}__state",
+            specs=[
+                dg.AssetSpec(
+                    key,
+                    deps=[deltas_key],
+                    group_name=part,
+                    kinds={"iceberg", "spark"},
+                    description=f"Per-column LWW state of {t!r} (Iceberg, MERGE INTO).",
+                )
+                for t, key in state_keys.items()
+            ],
+            can_subset=True,
+        )
+        def state(
+            context: dg.AssetExecutionContext, lakesync: LakeSyncResource
+        ) -> Iterator[dg.MaterializeResult]:
+            pipeline = lakesync.pipeline()
+            selected = [t for t, k in state_keys.items() if k in context.selected_asset_keys]
+            if len(selected) == len(state_keys):
+                # Tables registered after this code location loaded flow through as well; their
+                # assets appear on the next reload.
+                selected += [t for t in pipeline.tables(gw) if t not in state_keys]
+            for r in pipeline.state(gw, selected):
+                if r.table not in state_keys:
+                    context.log.info(f"state of runtime-registered table {r.table!r}: {r}")
+                    continue
+                yield dg.MaterializeResult(
+                    asset_key=state_keys[r.table],
+                    metadata={
+                        "rows_changed": r.rows_changed,
+                        "live_changed": r.live_changed,
+                        "log_range": f"{r.from_cursor}..{r.to_cursor}",
+                        "seconds": round(r.seconds, 3),
+                    },
+                )
+
+        assets.append(state)
+
+    if dest_keys:
+
+        @dg.multi_asset(
+            name=f"{part}__materialise",
+            specs=[
+                dg.AssetSpec(
+                    key,
+                    deps=[state_keys[t]],
+                    group_name=part,
+                    kinds={destinations[d].kind},
+                    description=f"{t!r} materialised into destination {d!r}.",
+                )
+                for (d, t), key in dest_keys.items()
+            ],
+            can_subset=True,
+        )
+        def materialise(
+            context: dg.AssetExecutionContext, lakesync: LakeSyncResource
+        ) -> Iterator[dg.MaterializeResult]:
+            pipeline = lakesync.pipeline()
+            selected = [dt for dt, k in dest_keys.items() if k in context.selected_asset_keys]
+            everything = len(selected) == len(dest_keys)
+            for d in sorted({d for d, _ in selected}):
+                chosen = None if everything else [t for dd, t in selected if dd == d]
+                for r in pipeline.materialise(gw, [d], chosen):
+                    if (d, r.table) not in dest_keys:
+                        context.log.info(f"materialised runtime-registered table: {r}")
+                        continue
+                    yield dg.MaterializeResult(
+                        asset_key=dest_keys[(d, r.table)],
+                        metadata={
+                            "upserted": r.upserted,
+                            "deleted": r.deleted,
+                            "state_range": f"{r.from_cursor}..{r.to_cursor}",
+                            "seconds": round(r.seconds, 3),
+                        },
+                    )
+
+        assets.append(materialise)
+
+    checks = _build_checks(gw, deltas_key, state_keys, dest_keys)
+    job = dg.define_asset_job(
+        sync_job_name(gw),
+        selection=dg.AssetSelection.groups(part),
+        description=f"Flush gateway {gw!r} to the lake, merge state, materialise destinations.",
+        tags={GATEWAY_TAG: gw},
+    )
+    return GatewayDefs(assets, checks, job, deltas_key)
+
+
+def _check_result(outcome: CheckOutcome, **target: str | dg.AssetKey) -> dg.AssetCheckResult:
+    metadata = {
+        k: ", ".join(map(str, v)) if isinstance(v, list | tuple) else v
+        for k, v in outcome.metadata.items()
+    }
+    return dg.AssetCheckResult(
+        passed=outcome.passed, description=outcome.description, metadata=metadata, **target
+    )
+
+
+def _build_checks(
+    gw: str,
+    deltas_key: dg.AssetKey,
+    state_keys: Mapping[str, dg.AssetKey],
+    dest_keys: Mapping[tuple[str, str], dg.AssetKey],
+) -> list[dg.AssetChecksDefinition]:
+    part = _key_part(gw)
+
+    @dg.asset_check(
+        asset=deltas_key,
+        name="exactly_once",
+        description="Every WAL entry up to the lake watermark is in the change log exactly once.",
+    )
+    def log_exactly_once(lakesync: LakeSyncResource) -> dg.AssetCheckResult:
+        return _check_result(lakesync.pipeline().check_log_exactly_once(gw))
+
+    checks: list[dg.AssetChecksDefinition] = [log_exactly_once]
+    if state_keys:
+        specs = [dg.AssetCheckSpec("matches_log_replay", asset=key) for key in state_keys.values()]
+
+        @dg.multi_asset_check(name=f"{part}__state_checks", specs=specs, can_subset=True)
+        def state_checks(
+            context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
+        ) -> Iterator[dg.AssetCheckResult]:
+            selected = {k.asset_key for k in context.selected_asset_check_keys}
+            for table, key in state_keys.items():
+                if key not in selected:
+                    continue
+                outcome = lakesync.pipeline().check_state_matches_log(gw, table)
+                yield _check_result(outcome, asset_key=key, check_name="matches_log_replay")
+
+        checks.append(state_checks)
+    if dest_keys:
+        dspecs = [dg.AssetCheckSpec("matches_state", asset=key) for key in dest_keys.values()]
+
+        @dg.multi_asset_check(name=f"{part}__destination_checks", specs=dspecs, can_subset=True)
+        def destination_checks(
+            context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
+        ) -> Iterator[dg.AssetCheckResult]:
+            selected = {k.asset_key for k in context.selected_asset_check_keys}
+            for (dest, table), key in dest_keys.items():
+                if key not in selected:
+                    continue
+                outcome = lakesync.pipeline().check_destination_matches_state(gw, dest, table)
+                yield _check_result(outcome, asset_key=key, check_name="matches_state")
+
+        checks.append(destination_checks)
+    return checks

@@ -1,0 +1,75 @@
+"""The Dagster resource that gives assets and sensors the LakeSync pipeline.
+
+Settings arrive as resource config (wired to ``EnvVar``s in :mod:`assets.definitions`); the
+resource builds a :class:`~lakesync_platform.pipeline.jobs.Pipeline` on first use in the run
+process — the Spark session only when a job actually needs it, so sensors never start one.
+"""
+
+import os
+from pathlib import Path
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from lakesync_platform.pipeline.jobs import Pipeline, PipelineSettings
+from lakesync_platform.wal.store import WriteAheadLog
+
+__all__ = ["LakeSyncResource"]
+
+
+class LakeSyncResource(dg.ConfigurableResource):  # type: ignore[misc]
+    """Data directory, WAL, declarations and Spark master of the pipeline, plus sensor thresholds.
+
+    Empty strings mean "the embedded default" (``<data_dir>/wal.db``, ``./defs``, the jar folder
+    under the data directory).
+    """
+
+    data_dir: str = ".lakesync"
+    wal_url: str = ""
+    defs_dir: str = "defs"
+    spark_master: str = "local[*]"
+    jar_dir: str = ""
+    catalog_uri: str = ""
+    warehouse: str = ""
+    backlog_bytes: int = 1_000_000
+    backlog_age_seconds: int = 60
+
+    _pipeline: Pipeline | None = PrivateAttr(default=None)
+
+    def settings(self) -> PipelineSettings:
+        """The pipeline settings this resource stands for."""
+        env = dict(os.environ)  # resource use is a process edge: ${VAR} in destination URLs
+        overrides = {
+            "LAKESYNC_SPARK_MASTER": self.spark_master,
+            "LAKESYNC_JAR_DIR": self.jar_dir,
+            "LAKESYNC_CATALOG_URI": self.catalog_uri,
+            "LAKESYNC_WAREHOUSE": self.warehouse,
+        }
+        env.update({k: v for k, v in overrides.items() if v})
+        return PipelineSettings.from_env(
+            env,
+            data_dir=self.data_dir,
+            wal_url=self.wal_url or None,
+            defs_dir=self.defs_dir,
+        )
+
+    def pipeline(self) -> Pipeline:
+        """The run's pipeline (one per process: one Spark session, one WAL handle)."""
+        if self._pipeline is None:
+            self._pipeline = Pipeline(self.settings())
+        return self._pipeline
+
+    def wal(self) -> WriteAheadLog:
+        """The WAL (without starting Spark)."""
+        return self.pipeline().wal
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """Close the WAL at the end of a run or sensor tick."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+
+    @property
+    def data_path(self) -> Path:
+        """The data directory as a path."""
+        return Path(self.data_dir)

@@ -1,0 +1,1 @@
+"""Pipeline orchestration without Dagster: declarations, run-once jobs, the dev stack."""

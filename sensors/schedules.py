@@ -1,0 +1,16 @@
+"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work)."""
+
+import dagster as dg
+
+__all__ = ["build_sync_schedule"]
+
+
+def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
+    """Run ``job_name`` on ``cron`` (default every 15 minutes) even without backlog pressure."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Periodic flush + state + materialise (catches small, old backlogs).",
+    )

@@ -1,0 +1,88 @@
+"""``lakesync setup`` and ``lakesync run`` (in-process, on the shared Spark session)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from lakesync_platform.cli_pipeline import run, setup
+from lakesync_platform.spark.setup import ICEBERG_RUNTIME_JAR, SHADED_JACKSON_JAR
+from lakesync_platform.wal.store import WriteAheadLog
+
+from .conftest import Pusher
+
+
+def test_setup_fills_the_jar_folder_idempotently(tmp_path: Path) -> None:
+    runner = CliRunner()
+    first = runner.invoke(setup, ["--data-dir", str(tmp_path)])
+    assert first.exit_code == 0, first.output
+    jars = {p.name for p in (tmp_path / "jars").iterdir()}
+    assert {
+        ICEBERG_RUNTIME_JAR,
+        SHADED_JACKSON_JAR,
+        "sqlite-jdbc.jar",
+        "postgresql.jar",
+        "mariadb-java-client.jar",
+    } == jars
+    stamp = (tmp_path / "jars" / SHADED_JACKSON_JAR).stat().st_mtime_ns
+    again = runner.invoke(setup, ["--data-dir", str(tmp_path)])
+    assert (
+        again.exit_code == 0
+        and (tmp_path / "jars" / SHADED_JACKSON_JAR).stat().st_mtime_ns == stamp
+    )
+
+
+@pytest.mark.spark
+def test_run_each_stage_once(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    tmp_path: Path,
+) -> None:
+    defs = tmp_path / "defs"
+    defs.mkdir()
+    (defs / "t.yaml").write_text(
+        f"gateway: {gw}\n"
+        "tables:\n  - {table: todos, columns: [{name: title, type: string}]}\n"
+        "destinations:\n"
+        f"  - {{name: out, kind: sqlite, url: 'sqlite:///{tmp_path}/out.db'}}\n"
+    )
+    pusher.write("a", "r1", title="hello")
+    common = ["--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--wal-url", wal_url]
+    runner = CliRunner()
+    for stage in ("flush", "state", "materialise"):
+        result = runner.invoke(run, [stage, *common])
+        assert result.exit_code == 0, result.output
+    assert "upserted=1" in result.output
+    import sqlite3
+
+    with sqlite3.connect(tmp_path / "out.db") as conn:
+        assert conn.execute("SELECT row_id, title FROM todos").fetchall() == [("r1", "hello")]
+
+
+def test_run_fails_with_nonzero_exit_on_a_bad_declaration(tmp_path: Path) -> None:
+    defs = tmp_path / "defs"
+    defs.mkdir()
+    (defs / "bad.yaml").write_text(
+        "gateway: g\ntables:\n  - {table: t, columns: [{name: c, type: text}]}\n"
+    )
+    result = CliRunner().invoke(
+        run,
+        [
+            "flush",
+            "--data-dir",
+            str(tmp_path),
+            "--defs",
+            str(defs),
+            "--wal-url",
+            "sqlite:///" + str(tmp_path / "wal.db"),
+        ],
+    )
+    assert result.exit_code == 1
+    assert "Invalid column type" in result.output

@@ -1,0 +1,177 @@
+"""The Dagster code location: definitions load, the sync job runs, sensors decide right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+
+from assets.definitions import build_definitions
+from assets.gateway_assets import FLUSH_REQUESTS_TAG, sync_job_name
+from lakesync_platform.wal.store import WriteAheadLog
+from sensors.backlog import backlog_decision
+
+from .conftest import TODOS, Pusher
+
+
+def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions) -> Any:
+    """Evaluate one sensor tick with the definitions' resources."""
+    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+        return sensor(context)
+
+
+def _write_defs(folder: Path, gw: str, dest_db: Path) -> None:
+    folder.mkdir(exist_ok=True)
+    doc = {
+        "gateway": gw,
+        "tables": [
+            {"table": "todos", "columns": [{"name": c.name, "type": c.type} for c in TODOS.columns]}
+        ],
+        "destinations": [
+            {"name": "local", "kind": "sqlite", "url": f"sqlite:///{dest_db}", "tables": ["todos"]}
+        ],
+    }
+    (folder / "todos.yaml").write_text(yaml.safe_dump(doc))
+
+
+@pytest.fixture
+def env(tmp_path: Path, gw: str, wal_url: str, lake_dir: Path) -> dict[str, str]:
+    """Environment of a code location over the test WAL and the shared lake."""
+    _write_defs(tmp_path / "defs", gw, tmp_path / "dest.db")
+    return {
+        "LAKESYNC_DATA_DIR": str(lake_dir),
+        "LAKESYNC_WAL_URL": wal_url,
+        "LAKESYNC_DEFS_DIR": str(tmp_path / "defs"),
+        "LAKESYNC_BACKLOG_BYTES": "400",
+        "LAKESYNC_BACKLOG_AGE_SECONDS": "1000000000",  # test WAL clock is fixed in the past
+    }
+
+
+@pytest.fixture
+def defs(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dg.Definitions:
+    """The definitions for ``env`` (EnvVar resources resolve from the process environment)."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return build_definitions(env)
+
+
+def test_definitions_load_with_declared_and_registered_tables(
+    env: dict[str, str], gw: str, wal: WriteAheadLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesync_platform.core.schema import parse_table_schema
+
+    # A table registered only through the config store (as the admin route does).
+    wal.save_schema(
+        gw, parse_table_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
+    )
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    defs = build_definitions(env)
+    repo = defs.get_repository_def()
+    keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
+    assert {
+        f"{gw}/lakesync_deltas",
+        f"{gw}/state/todos",
+        f"{gw}/state/notes",
+        f"{gw}/local/todos",
+    } <= keys
+    assert f"{gw}/local/notes" not in keys  # the destination lists only todos
+    assert set(wal.schemas(gw)) == {"todos", "notes"}  # declarations applied to the store
+    names = {s.name for s in repo.sensor_defs}
+    job = sync_job_name(gw)
+    assert {f"{job}_backlog", f"{job}_flush_requests"} <= names
+    assert repo.has_job(job)
+
+
+@pytest.mark.spark
+def test_sync_job_runs_every_stage_and_checks_pass(
+    env: dict[str, str],
+    gw: str,
+    pusher: Pusher,
+    wal: WriteAheadLog,
+    spark: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakesync_platform.core.schema import parse_table_schema
+    from lakesync_platform.spark.layout import state_table
+
+    # notes: registered through the config store before the code location loads;
+    # later: registered after it loaded (no asset yet) — both flow through the job.
+    wal.save_schema(
+        gw, parse_table_schema({"table": "notes", "columns": [{"name": "body", "type": "string"}]})
+    )
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    defs = build_definitions(env)
+    wal.save_schema(
+        gw, parse_table_schema({"table": "later", "columns": [{"name": "body", "type": "string"}]})
+    )
+    pusher.write("a", "l1", table="later", body="after load")
+    pusher.write("a", "r1", title="one", done=False)
+    pusher.write("b", "r2", title="two", priority=2)
+    pusher.delete("a", "r2")
+    pusher.write("a", "n1", table="notes", body="registered at runtime")
+    request = wal.request_flush(gw, 1)
+    instance = dg.DagsterInstance.ephemeral()
+    sensor = defs.resolve_sensor_def(f"{sync_job_name(gw)}_flush_requests")
+    run_request = _tick(sensor, instance, defs)
+    assert isinstance(run_request, dg.RunRequest)
+    assert run_request.tags[FLUSH_REQUESTS_TAG] == request.request_id
+    assert wal.flush_requests(gw, "running")[0].request_id == request.request_id
+    result = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(
+        instance=instance, tags=run_request.tags
+    )
+    assert result.success
+    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert {f"{gw}/lakesync_deltas", f"{gw}/state/todos", f"{gw}/local/todos"} <= materialised
+    assert f"{gw}/state/notes" in materialised  # registered through the store, not declared
+    assert spark.table(state_table(gw, "later")).count() == 1
+    evaluations = result.get_asset_check_evaluations()
+    assert evaluations and all(c.passed for c in evaluations)
+    assert {c.check_name for c in evaluations} == {
+        "exactly_once",
+        "matches_log_replay",
+        "matches_state",
+    }
+    (flush_event,) = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey([gw, "lakesync_deltas"])
+    ]
+    meta = flush_event.materialization.metadata
+    assert meta["entries"].value == 5
+    done = [r for r in wal.flush_requests(gw, None) if r.request_id == request.request_id]
+    assert done[0].status == "succeeded" and "5 entries" in (done[0].detail or "")
+    assert wal.flush_watermark(gw) == wal.max_cursor(gw)
+    # Nothing pending any more: the sensor skips.
+    assert isinstance(_tick(sensor, instance, defs), dg.SkipReason)
+
+
+def test_backlog_sensor_fires_on_size_and_skips_below(
+    defs: dg.Definitions, gw: str, pusher: Pusher
+) -> None:
+    sensor = defs.resolve_sensor_def(f"{sync_job_name(gw)}_backlog")
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick() -> Any:
+        return _tick(sensor, instance, defs)
+
+    assert isinstance(tick(), dg.SkipReason)  # empty WAL
+    pusher.write("a", "r1", title="x")
+    below = tick()
+    assert isinstance(below, dg.SkipReason) and "below limits" in str(below.skip_message)
+    for i in range(10):
+        pusher.write("a", f"r{i}", title="a longer title " * 3)
+    fired = tick()
+    assert isinstance(fired, dg.RunRequest)
+    assert fired.tags["lakesync/trigger"] == "backlog"
+
+
+def test_backlog_decision_rule() -> None:
+    assert backlog_decision(10, None, 0, 100, 60) is None
+    assert backlog_decision(100, None, 0, 100, 60) is not None
+    assert backlog_decision(1, 1_000, 61_000, 100, 60) is not None
+    assert backlog_decision(1, 1_000, 30_000, 100, 60) is None

@@ -1,0 +1,97 @@
+"""YAML declarations: parsing, errors, env expansion, application to the config store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakesync_platform.pipeline.declarations import (
+    DeclarationError,
+    apply_declarations,
+    expand_env,
+    load_declarations,
+    parse_declarations,
+)
+from lakesync_platform.wal.store import WriteAheadLog
+
+REPO_DEFS = Path(__file__).resolve().parents[2] / "defs"
+
+
+def test_repository_example_declares_the_demo() -> None:
+    decls = load_declarations(REPO_DEFS)
+    demo = decls.gateway("demo")
+    assert set(demo.tables) == {"todos"}
+    assert demo.tables["todos"].column_names == ("title", "completed", "priority", "tags")
+    local = demo.destinations["local"]
+    assert local.kind == "sqlite" and local.covers("todos") and not local.covers("other")
+
+
+def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
+    (tmp_path / "a.yaml").write_text(
+        "gateway: g1\ntables:\n  - {table: t1, columns: [{name: c, type: string}]}\n"
+    )
+    (tmp_path / "b.yml").write_text(
+        "gateway: g1\ndestinations:\n  - {name: wh, kind: postgres, url: 'postgresql://x/y'}\n"
+    )
+    decls = load_declarations(tmp_path)
+    g1 = decls.gateway("g1")
+    assert set(g1.tables) == {"t1"} and g1.destinations["wh"].tables is None
+    assert g1.destinations["wh"].covers("anything")
+    assert load_declarations(tmp_path / "missing").gateways == {}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {"tables": [{"table": "t", "columns": [{"name": "c", "type": "text"}]}]},
+            "Invalid column type",
+        ),
+        ({"destinations": [{"name": "d", "kind": "oracle", "url": "x"}]}, "kind must be one of"),
+        ({"destinations": [{"name": "d", "kind": "sqlite"}]}, "needs a url"),
+        (
+            {"destinations": [{"name": "d-1", "kind": "sqlite", "url": "x"}]},
+            "Invalid SQL identifier",
+        ),
+        ({"syncRules": {}}, "not supported yet"),
+        ({"tabels": []}, "unknown keys"),
+        ({"gateway": "bad gw"}, "invalid gateway id"),
+    ],
+)
+def test_malformed_declarations_name_the_file(doc: object, message: str) -> None:
+    with pytest.raises(DeclarationError, match=message) as info:
+        parse_declarations([("x.yaml", doc)])
+    assert "x.yaml" in info.value.message
+
+
+def test_duplicates_are_rejected() -> None:
+    doc = {"tables": [{"table": "t", "columns": []}]}
+    with pytest.raises(DeclarationError, match="declared twice"):
+        parse_declarations([("a.yaml", doc), ("b.yaml", doc)])
+
+
+def test_env_expansion() -> None:
+    assert expand_env("sqlite:///${D}/x.db", {"D": "/data"}) == "sqlite:////data/x.db"
+    with pytest.raises(DeclarationError, match="NOPE"):
+        expand_env("${NOPE}", {})
+
+
+def test_apply_registers_and_evolves_in_the_config_store(wal: WriteAheadLog) -> None:
+    base = {
+        "gateway": "g",
+        "tables": [{"table": "t", "columns": [{"name": "a", "type": "string"}]}],
+    }
+    assert apply_declarations(parse_declarations([("a.yaml", base)]), wal) == 1
+    evolved = {
+        "gateway": "g",
+        "tables": [
+            {
+                "table": "t",
+                "columns": [{"name": "a", "type": "string"}, {"name": "b", "type": "number"}],
+            }
+        ],
+    }
+    apply_declarations(parse_declarations([("a.yaml", evolved)]), wal)
+    assert wal.schemas("g")["t"].column_names == ("a", "b")
+    assert wal.schema_versions("g")["t"] == 2
