@@ -15,9 +15,10 @@ This module does I/O only; what to write is decided by :mod:`lakesync_platform.w
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +101,9 @@ class WriteAheadLog:
         self._write = write_engine
         self._read = read_engine
         self._meta = meta_engine or write_engine
+        self._write_lock: AbstractContextManager[Any] = (
+            threading.Lock() if write_engine.dialect.name == "sqlite" else nullcontext()
+        )
         self.url = url
         self.dialect = write_engine.dialect.name
 
@@ -144,9 +148,13 @@ class WriteAheadLog:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A write transaction (commits on success, rolls back on any exception)."""
+        """A write transaction (commits on success, rolls back on any exception).
+
+        On SQLite, threads of this process queue on a lock before ``BEGIN IMMEDIATE``: SQLite's
+        own busy handler polls with sleeps, which would idle the single writer under load.
+        """
         try:
-            with self._write.begin() as conn:
+            with self._write_lock, self._write.begin() as conn:
                 yield conn
         except SQLAlchemyError as exc:
             raise AdapterError(f"WAL write failed: {exc.__class__.__name__}: {exc}") from exc
@@ -206,7 +214,7 @@ class WriteAheadLog:
         """
         out: list[Any] = []
         if self.dialect == "postgresql":
-            stmt = sql.replace("?", "%s").replace("{IN}", "= ANY(%s)")
+            stmt = sql.replace("?", "%s").replace("{IN}", "= ANY(%b::text[])")
             out.extend(conn.exec_driver_sql(stmt, (gw, list(values))).all())
             return out
         for part in _chunks(values):
@@ -326,27 +334,27 @@ class WriteAheadLog:
         state_rows: list[tuple[Any, ...]],
         new_delta_ids: Sequence[str],
     ) -> None:
-        """One statement per table: columns as arrays, expanded server-side by ``unnest``."""
+        """One statement per table: columns as binary arrays, expanded server-side by ``unnest``."""
         if entry_rows:
             cols = list(zip(*entry_rows, strict=True))
             conn.exec_driver_sql(
                 "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op, client_id,"
-                " hlc, columns, ingest_ms, size) SELECT %s, * FROM unnest(%s::bigint[],"
-                " %s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[],"
-                " %s::text[], %s::bigint[], %s::int[])",
+                " hlc, columns, ingest_ms, size) SELECT %s, * FROM unnest(%b::bigint[],"
+                " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[],"
+                " %b::text[], %b::bigint[], %b::int[])",
                 (gw, *[list(c) for c in cols]),
             )
         if new_delta_ids:
             conn.exec_driver_sql(
-                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%s::text[])",
+                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%b::text[])",
                 (gw, list(new_delta_ids)),
             )
         if state_rows:
             cols = list(zip(*state_rows, strict=True))
             conn.exec_driver_sql(
                 "INSERT INTO wal_rows (gateway_id, row_key, tbl, row_id, state, live, position)"
-                " SELECT %s, * FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[],"
-                " %s::int[], %s::bigint[])" + _UPSERT_ROWS,
+                " SELECT %s, * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[],"
+                " %b::int[], %b::bigint[])" + _UPSERT_ROWS,
                 (gw, *[list(c) for c in cols]),
             )
 
@@ -435,7 +443,7 @@ class WriteAheadLog:
     def bookkeeping(self) -> Iterator[Connection]:
         """A write transaction for delivery bookkeeping that need not wait for fsync."""
         try:
-            with self._meta.begin() as conn:
+            with self._write_lock, self._meta.begin() as conn:
                 if self.dialect == "postgresql":
                     conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
                 yield conn
