@@ -63,8 +63,10 @@ def create_app(
 
     def shutdown(app: Litestar) -> None:
         state: GatewayState | None = getattr(app.state, "gateway", None)
-        if state is not None and wal is None:
-            state.wal.close()
+        if state is not None:
+            state.service.close()
+            if wal is None:
+                state.wal.close()
 
     handlers: dict[Any, Any] = {
         LakeSyncError: handle_lakesync_error,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+from sqlalchemy import Connection
 
 from ..core.delta import DELETE, INSERT, RowDelta
 from ..core.errors import BackpressureError, ClockDriftError, ForbiddenError
@@ -43,6 +44,7 @@ from ..core.hlc import MAX_DRIFT_MS, decode
 from ..core.merge import RowState, merge_delta
 from ..core.schema import TableSchema, check_delta
 from ..core.sync_rules import Claims, ClientView, SyncRules, sync_rules_to_json
+from .group_commit import GroupCommitter
 from .model import PullPage, PushResult, WalEntry
 from .store import RowRecord, StoredRow, WriteAheadLog
 
@@ -137,6 +139,11 @@ class SyncService:
         self._monotonic = monotonic
         self.max_backlog_bytes = max_backlog_bytes
         self._configs: dict[str, _GatewayConfig] = {}
+        self._committer = GroupCommitter(wal)
+
+    def close(self) -> None:
+        """Finish queued pushes and stop the writer thread (the WAL stays open)."""
+        self._committer.close()
 
     # ------------------------------------------------------------------ config
 
@@ -196,8 +203,9 @@ class SyncService:
                     f"Remote clock is {drift}ms ahead (max drift: {MAX_DRIFT_MS}ms)"
                 )
         view = ClientView(cfg.rules, claims or {}) if cfg.has_filters else None
-        new_columns: list[tuple[str, str, int]] = []
-        with self.wal.write() as conn:
+
+        def apply(conn: Connection) -> tuple[PushResult, list[tuple[str, str, int]]]:
+            new_columns: list[tuple[str, str, int]] = []
             lock = self.wal.lock_gateway(conn, gw, now)
             if (
                 self.max_backlog_bytes is not None
@@ -290,10 +298,13 @@ class SyncService:
                 }
                 self.wal.save_client_records(conn, gw, client_id, marks)
             last_since = self.wal.last_since(conn, gw, client_id)
-        if new_columns:
-            for tbl, name, _ordinal in new_columns:
-                cfg.columns.setdefault(tbl, []).append(name)
-        return PushResult(len(deltas), duplicates, tuple(entries), last_since or 0)
+            result = PushResult(len(deltas), duplicates, tuple(entries), last_since or 0)
+            return result, new_columns
+
+        result, new_columns = self._committer.run(gw, apply)
+        for tbl, name, _ordinal in new_columns:
+            cfg.columns.setdefault(tbl, []).append(name)
+        return result
 
     # ------------------------------------------------------------------ pull
 
