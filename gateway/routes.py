@@ -124,7 +124,7 @@ async def push(request: Request[Any, Any, Any], gw: FromPath[str]) -> Response[b
         {
             "serverHlc": str(result.server_hlc),
             "accepted": result.accepted,
-            "deltas": deltas_to_wire(e.to_delta() for e in result.entries),
+            "deltas": deltas_to_wire(result.entries),
         }
     )
 

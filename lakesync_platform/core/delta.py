@@ -8,8 +8,9 @@ content hash computed by :func:`lakesync_platform.core.ids.delta_id`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from .errors import SchemaError
 
@@ -43,16 +44,14 @@ def check_identifier(name: object, what: str = "identifier") -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
-class ColumnDelta:
+class ColumnDelta(msgspec.Struct, frozen=True):
     """One column's new value; ``value`` is any JSON value (``None`` for null)."""
 
     column: str
     value: Any
 
 
-@dataclass(frozen=True, slots=True)
-class RowDelta:
+class RowDelta(msgspec.Struct, frozen=True):
     """A column-level change to one row, stamped with the writer's HLC."""
 
     op: str

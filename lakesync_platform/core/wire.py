@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -129,7 +129,7 @@ def decode_push(body: bytes) -> PushBody:
     tables: set[str] = set()
     columns: set[str] = set()
     for i, d in enumerate(raw.deltas):
-        where = f"deltas[{i}]"
+        where = f"deltas[{i}]"  # only formatted into error messages
         if d.op not in OPS:
             raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE")
         if d.table not in tables:
@@ -211,7 +211,26 @@ def parse_pull_limit(value: str | None) -> int:
     return min(int(m.group(1)), MAX_PULL_LIMIT)
 
 
-def delta_to_wire(d: RowDelta) -> dict[str, Any]:
+class DeltaLike(Protocol):
+    """Anything shaped like a delta (a :class:`RowDelta`, a WAL entry)."""
+
+    @property
+    def op(self) -> str: ...
+    @property
+    def table(self) -> str: ...
+    @property
+    def row_id(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def columns(self) -> tuple[ColumnDelta, ...]: ...
+    @property
+    def hlc(self) -> int: ...
+    @property
+    def delta_id(self) -> str: ...
+
+
+def delta_to_wire(d: DeltaLike) -> dict[str, Any]:
     """A delta in its JSON wire shape (key order as the reference emits it)."""
     return {
         "op": d.op,
@@ -224,7 +243,7 @@ def delta_to_wire(d: RowDelta) -> dict[str, Any]:
     }
 
 
-def deltas_to_wire(deltas: Iterable[RowDelta]) -> list[dict[str, Any]]:
+def deltas_to_wire(deltas: Iterable[DeltaLike]) -> list[dict[str, Any]]:
     """:func:`delta_to_wire` over many deltas."""
     return [delta_to_wire(d) for d in deltas]
 
