@@ -45,17 +45,12 @@ _PREFIXED_RE = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 _LIMIT_RE = re.compile(r"\s*([+-]?[0-9]+)")
 
 
-class _Column(msgspec.Struct):
-    column: str
-    value: Any
-
-
 class _Delta(msgspec.Struct):
     op: str
     table: str
     rowId: str
     clientId: str
-    columns: list[_Column]
+    columns: tuple[ColumnDelta, ...]  # decoded straight into the core type
     hlc: str
     deltaId: str
 
@@ -160,7 +155,7 @@ def decode_push(body: bytes) -> PushBody:
                 d.table,
                 d.rowId,
                 d.clientId,
-                tuple(ColumnDelta(c.column, c.value) for c in d.columns),
+                d.columns,
                 hlc,
                 d.deltaId,
             )
