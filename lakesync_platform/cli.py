@@ -17,23 +17,10 @@ from typing import Any
 
 import click
 
+from .cli_options import data_dir_option
 from .core.auth import sign_token
 
 __all__ = ["main"]
-
-DEFAULT_DATA_DIR = "./data"
-
-
-def data_dir_option(fn: Any) -> Any:
-    """``--data-dir`` with ``LAKESYNC_DATA_DIR`` as fallback."""
-    return click.option(
-        "--data-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="LAKESYNC_DATA_DIR",
-        default=DEFAULT_DATA_DIR,
-        show_default=True,
-        help="Directory holding every embedded default (WAL, catalog, warehouse, secrets).",
-    )(fn)
 
 
 def default_wal_url(data_dir: Path) -> str:

@@ -16,22 +16,10 @@ from typing import Any
 
 import click
 
+from .cli_options import data_dir_option
 from .core.errors import LakeSyncError
 
 __all__ = ["register"]
-
-_DEFAULT_DATA_DIR = "./data"
-
-
-def _data_dir(fn: Any) -> Any:
-    return click.option(
-        "--data-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="LAKESYNC_DATA_DIR",
-        default=_DEFAULT_DATA_DIR,
-        show_default=True,
-        help="Directory holding every embedded default (WAL, catalog, warehouse, jars).",
-    )(fn)
 
 
 def _defs_dir(fn: Any) -> Any:
@@ -47,7 +35,7 @@ def _defs_dir(fn: Any) -> Any:
 
 
 @click.command()
-@_data_dir
+@data_dir_option
 def setup(data_dir: Path) -> None:
     """Prepare Spark + Iceberg offline: check Java, fill <data-dir>/jars (idempotent)."""
     from .spark.setup import default_jar_dir, ensure_jars, ensure_java
@@ -65,7 +53,7 @@ def setup(data_dir: Path) -> None:
 
 
 @click.command()
-@_data_dir
+@data_dir_option
 @_defs_dir
 @click.option("--gateway-port", default=8000, show_default=True, type=int)
 @click.option("--dagster-port", default=3000, show_default=True, type=int)
@@ -117,7 +105,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @click.command()
 @click.argument("stage", type=click.Choice(["flush", "state", "materialise"]))
 @click.option("--gw", help="Gateway id (default: every known gateway).")
-@_data_dir
+@data_dir_option
 @_defs_dir
 @click.option("--wal-url", envvar="LAKESYNC_WAL_URL", help="sqlite:///PATH or postgresql://…")
 def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
