@@ -723,6 +723,9 @@ def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FU
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA busy_timeout=30000")
+        # Large WALs: keep the hot index pages (delta ids, row keys) in memory.
+        cur.execute("PRAGMA cache_size=-131072")
+        cur.execute("PRAGMA mmap_size=1073741824")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
