@@ -14,7 +14,9 @@ This module does I/O only; what to write is decided by :mod:`lakesync_platform.w
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
@@ -101,8 +103,9 @@ class WriteAheadLog:
         self._write = write_engine
         self._read = read_engine
         self._meta = meta_engine or write_engine
+        database = write_engine.url.database if write_engine.dialect.name == "sqlite" else None
         self._write_lock: AbstractContextManager[Any] = (
-            threading.Lock() if write_engine.dialect.name == "sqlite" else nullcontext()
+            _SqliteWriterLock(database) if database else nullcontext()
         )
         self.url = url
         self.dialect = write_engine.dialect.name
@@ -145,6 +148,8 @@ class WriteAheadLog:
         """Release every connection."""
         for engine in {self._write, self._read, self._meta}:
             engine.dispose()
+        if isinstance(self._write_lock, _SqliteWriterLock):
+            self._write_lock.close()
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -711,6 +716,46 @@ class WriteAheadLog:
             conn.execute(
                 delete(t.rows).where(t.rows.c.gateway_id == gw, t.rows.c.row_key.in_(list(keys)))
             )
+
+
+class _SqliteWriterLock:
+    """Serialises SQLite writers: threads on a lock, processes on ``flock`` of ``<db>.lock``.
+
+    SQLite's own busy handler polls with sleeps, which idles the single writer under load; a
+    kernel lock hands the database over the moment the previous writer commits, also between
+    the worker processes of one gateway (``--workers``).
+    """
+
+    def __init__(self, database: str) -> None:
+        self._thread_lock = threading.Lock()
+        self._path = database + ".lock" if database not in ("", ":memory:") else None
+        self._fd: int | None = None
+
+    def __enter__(self) -> None:
+        self._thread_lock.acquire()
+        if self._path is None:
+            return
+        try:
+            if self._fd is None:
+                self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+    def close(self) -> None:
+        """Close the lock file."""
+        with self._thread_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FULL") -> None:
