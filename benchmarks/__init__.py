@@ -1,0 +1,1 @@
+"""Performance benchmarks (run as scripts; nothing here is imported by the product)."""
