@@ -1216,11 +1216,16 @@ _CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
 def _stack_category(frames: list[str]) -> str:
     """Whole-stack rules that the leaf alone cannot tell (lock waits, commits)."""
     names = [_fn(f) for f in frames]
+    leaf = frames[-1]
+    if "threading.py" in leaf and names[-1] in ("wait", "acquire", "_wait_for_tstate_lock"):
+        return "queued: waiting for the writer (group commit / writer lock)"
+    if names[-1] in ("flock", "lockf"):
+        return "queued: flock (writer lock across processes)"
     leaf_in_db = _fn(frames[-1]) in ("do_execute", "do_executemany") or "/psycopg/" in frames[-1]
     if "do_commit" in names:
         return "db: COMMIT (WAL write + fsync)"
     if leaf_in_db and "_on_begin" in names:
-        return "db: BEGIN IMMEDIATE (SQLite write-lock wait, busy handler)"
+        return "db: BEGIN IMMEDIATE (SQLite; includes any wait for the write lock)"
     if leaf_in_db and "lock_gateway" in names:
         return "db: SELECT ... FOR UPDATE (gateway row lock + wait)"
     return "other"
@@ -1280,7 +1285,7 @@ def _short(frame: str) -> str:
     """``func (/long/path/site-packages/pkg/mod.py:12)`` -> ``func (pkg/mod.py:12)``."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
-    for marker in ("site-packages/", "/work/main/", "python3.11/"):
+    for marker in ("site-packages/", f"{ROOT}/", f"{CODE_DIR}/", "python3.11/"):
         if marker in where:
             where = where.split(marker, 1)[1]
             break
@@ -1347,6 +1352,8 @@ def section_profile(
                     "raw": str(raw.relative_to(ROOT)),
                     "whole_process": summarize_profile(raw),
                     "push_handler": summarize_profile(raw, focus="SyncService.push"),
+                    # the group-commit writer thread (BEGIN .. jobs .. COMMIT), if the code has one
+                    "push_writer": summarize_profile(raw, focus="GroupCommitter._commit"),
                 }
                 log(f"profiled push {bname} ({mode}): {raw.name}")
             # pull profile (TS format, random cursors)
@@ -1613,6 +1620,10 @@ def report(result: dict[str, Any]) -> str:
                 (
                     "push, wall samples (incl. waits) inside SyncService.push",
                     modes["wall"]["push_handler"],
+                ),
+                (
+                    "push, wall samples of the WAL writer thread (GroupCommitter._commit)",
+                    modes["wall"].get("push_writer", {}),
                 ),
                 ("pull, CPU samples, whole process", modes["pull_cpu"]["whole_process"]),
             ]

@@ -1,7 +1,9 @@
 """The WAL's SQL tables (SQLAlchemy Core) and its versioned migrations.
 
 Every table is keyed by ``gateway_id`` first: one database holds any number of isolated
-gateways. Migrations are a list of functions; ``wal_schema_version`` records which ran.
+gateways. On SQLite the hot tables are ``WITHOUT ROWID`` (the primary key is the table: one
+B-tree insert per row instead of two). Migrations are a list of functions;
+``wal_schema_version`` records which ran.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ entries = Table(
     Column("ingest_ms", BigInteger, nullable=False),
     Column("size", Integer, nullable=False),
     PrimaryKeyConstraint("gateway_id", "cursor", name="pk_wal_entries"),
+    sqlite_with_rowid=False,
 )
 
 delta_ids = Table(
@@ -83,6 +86,7 @@ delta_ids = Table(
     Column("gateway_id", Text, nullable=False),
     Column("delta_id", Text, nullable=False),
     PrimaryKeyConstraint("gateway_id", "delta_id", name="pk_wal_delta_ids"),
+    sqlite_with_rowid=False,
 )
 
 rows = Table(
@@ -98,7 +102,7 @@ rows = Table(
     Column("position", BigInteger, nullable=False),
     PrimaryKeyConstraint("gateway_id", "row_key", name="pk_wal_rows"),
     Index("ix_wal_rows_position", "gateway_id", "position"),
-    Index("ix_wal_rows_table", "gateway_id", "tbl"),
+    sqlite_with_rowid=False,
 )
 
 clients = Table(
@@ -121,6 +125,7 @@ client_rows = Table(
     # Ingest position of the page that set ``held``; confirmed once the client pulls past it.
     Column("at_cursor", BigInteger, nullable=False),
     PrimaryKeyConstraint("gateway_id", "client_id", "row_key", name="pk_wal_client_rows"),
+    sqlite_with_rowid=False,
 )
 
 schemas = Table(
