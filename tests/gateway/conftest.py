@@ -20,10 +20,11 @@ from gateway.app import create_app
 from gateway.middleware import ProtocolHeadersMiddleware
 from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
+from lakesync_platform.cli import default_wal_url
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.wal import tables as t
-from tests.helpers import SECRET, make_delta, token, wire
+from tests.helpers import SECRET, GatewayProcess, make_delta, token, wire
 
 
 def build_app(settings: GatewaySettings, clock: Callable[[], int]) -> ProtocolHeadersMiddleware:
@@ -219,3 +220,23 @@ def make_gateway(tmp_path: Path) -> Iterator[GatewayFactory]:
             return _open(stack, tmp_path / f"wal{n}.db", **overrides)
 
         yield factory
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def wal_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
+    """``(--wal-url flag or None, URL the test opens)``: the default SQLite file, or Postgres."""
+    if request.param == "sqlite":
+        return None, default_wal_url(tmp_path / "gw")
+    url: str = request.getfixturevalue("pg_url")
+    return url, url
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, wal_target: tuple[str | None, str]) -> Iterator[GatewayProcess]:
+    """A real gateway process on the chosen WAL (tests may kill and restart it)."""
+    proc = GatewayProcess(tmp_path / "gw", wal_url=wal_target[0])
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()

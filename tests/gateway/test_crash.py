@@ -17,11 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-
-import pytest
 
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.wal.store import WriteAheadLog
@@ -35,7 +31,6 @@ from tests.gateway.test_e2e import (
     plain_values,
     reader_plain_values,
     run_threads,
-    sqlite_url,
     wal_snapshots,
 )
 from tests.helpers import GatewayProcess
@@ -43,26 +38,6 @@ from tests.helpers import GatewayProcess
 CLIENTS = 5
 KILL_AFTER = (2.0, 1.3)
 """Seconds of load before each ``kill -9`` (two different moments)."""
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def wal_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
-    """``(--wal-url flag or None, URL the test opens)``: the default SQLite file, or Postgres."""
-    if request.param == "sqlite":
-        return None, sqlite_url(tmp_path / "gw")
-    url: str = request.getfixturevalue("pg_url")
-    return url, url
-
-
-@pytest.fixture
-def gateway(tmp_path: Path, wal_target: tuple[str | None, str]) -> Iterator[GatewayProcess]:
-    """A gateway process that the test kills and restarts on the same data dir / WAL URL."""
-    proc = GatewayProcess(tmp_path / "gw", wal_url=wal_target[0])
-    proc.start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @dataclass

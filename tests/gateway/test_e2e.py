@@ -19,14 +19,12 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from lakesync_platform.core.delta import DELETE, INSERT, UPDATE, RowDelta
 from lakesync_platform.core.hlc import HLC, encode
@@ -47,11 +45,6 @@ Snapshot = tuple[bool, dict[str, tuple[Any, int, str]], tuple[int, str]]
 def wall_ms() -> int:
     """The real wall clock in epoch milliseconds (what every writer's HLC runs on)."""
     return int(time.time() * 1000)
-
-
-def sqlite_url(data_dir: Path) -> str:
-    """The WAL URL ``lakesync gateway --data-dir data_dir`` uses by default."""
-    return f"sqlite:///{(data_dir / 'wal.db').resolve()}"
 
 
 # ---------------------------------------------------------------------- row snapshots
@@ -470,27 +463,26 @@ def run_load(
     assert not any(th.is_alive() for th in reader_threads), "a reader hung"
 
 
-# ---------------------------------------------------------------------- the test
+def push_copies_together(copies: list[Writer], rounds: int) -> list[PushRecord]:
+    """Push the same batch through every writer at once, ``rounds`` times; close them; return
+    every answer (``copies[i].records[r]`` is writer i's answer in round r)."""
 
+    def push_together(w: Writer, batch: list[RowDelta], barrier: threading.Barrier) -> None:
+        barrier.wait(10)
+        w.push(batch)
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def wal_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
-    """``(--wal-url flag or None, URL the test opens)``: the default SQLite file, or Postgres."""
-    if request.param == "sqlite":
-        return None, sqlite_url(tmp_path / "gw")
-    url: str = request.getfixturevalue("pg_url")
-    return url, url
-
-
-@pytest.fixture
-def gateway(tmp_path: Path, wal_target: tuple[str | None, str]) -> Iterator[GatewayProcess]:
-    """One real gateway process on the chosen WAL."""
-    proc = GatewayProcess(tmp_path / "gw", wal_url=wal_target[0])
-    proc.start()
     try:
-        yield proc
+        for _ in range(rounds):
+            batch = copies[0].batch()
+            barrier = threading.Barrier(len(copies))
+            run_threads([partial(push_together, w, batch, barrier) for w in copies])
     finally:
-        proc.stop()
+        for w in copies:
+            w.close()
+    return [r for w in copies for r in w.records]
+
+
+# ---------------------------------------------------------------------- the test
 
 
 WRITERS = 7
@@ -559,20 +551,7 @@ def test_one_batch_pushed_on_several_connections_at_once_is_appended_once(
         for _ in range(4)
     ]
     rounds = 15
-
-    def push_together(w: Writer, batch: list[RowDelta], barrier: threading.Barrier) -> None:
-        barrier.wait(10)
-        w.push(batch)
-
-    try:
-        for _ in range(rounds):
-            batch = copies[0].batch()
-            barrier = threading.Barrier(len(copies))
-            run_threads([partial(push_together, w, batch, barrier) for w in copies])
-    finally:
-        for w in copies:
-            w.close()
-    records = [r for w in copies for r in w.records]
+    records = push_copies_together(copies, rounds)
     assert [(r.status, r.error) for r in records if not r.acked] == []
     for i in range(rounds):
         answers = [w.records[i] for w in copies]

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from functools import partial
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.gateway.test_e2e import (
     Reader,
@@ -22,8 +20,8 @@ from tests.gateway.test_e2e import (
     Writer,
     check_log,
     merge_all,
+    push_copies_together,
     run_load,
-    run_threads,
     wal_snapshots,
 )
 from tests.helpers import GatewayProcess
@@ -193,20 +191,7 @@ def test_one_batch_pushed_through_every_process_at_once_is_appended_once(
         Writer(p.url, gw, "retrier", seed=6000, workload="own", max_batch=20) for p in gateways
     ]
     rounds = 15
-
-    def push_together(w: Writer, batch: list[RowDelta], barrier: threading.Barrier) -> None:
-        barrier.wait(10)
-        w.push(batch)
-
-    try:
-        for _ in range(rounds):
-            batch = copies[0].batch()
-            barrier = threading.Barrier(len(copies))
-            run_threads([partial(push_together, w, batch, barrier) for w in copies])
-    finally:
-        for w in copies:
-            w.close()
-    records = [r for w in copies for r in w.records]
+    records = push_copies_together(copies, rounds)
     assert [(r.status, r.error) for r in records if not r.acked] == []
     for i in range(rounds):
         answers = [w.records[i] for w in copies]
