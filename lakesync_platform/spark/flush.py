@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..core.errors import FlushError
 from .layout import DELTAS_TABLE, WAL_FROM_PROP, WAL_TO_PROP, ensure_deltas_table
+from .snapshots import ancestors, current_snapshot
 from .wal_source import JdbcSource, read_wal_entries
 
 if TYPE_CHECKING:
@@ -104,19 +105,23 @@ def wal_to_log(entries: DataFrame) -> DataFrame:
 
 
 def lake_watermark(spark: SparkSession, gw: str) -> LakeWatermark:
-    """Read back the last WAL cursor committed to ``gw``'s change log (0 when none)."""
+    """Read back the last WAL cursor committed to ``gw``'s change log (0 when none).
+
+    Flush commits carry their WAL range in the snapshot summary, and each one extends the
+    previous (a flush validates that nothing was committed since the mark it read), so the
+    newest ancestor that carries a mark holds the highest one. Snapshots without a mark
+    (compaction, maintenance) are skipped; a lineage with no mark at all falls back to
+    ``max(cursor)``.
+    """
     name = ensure_deltas_table(spark, gw)
-    rows = spark.sql(
-        f"SELECT h.snapshot_id, s.summary['{WAL_TO_PROP}'] AS wal_to "
-        f"FROM {name}.history h JOIN {name}.snapshots s ON h.snapshot_id = s.snapshot_id "
-        "WHERE h.is_current_ancestor ORDER BY h.made_current_at"
-    ).collect()
-    if not rows:
+    current: int | None = None
+    for snapshot in ancestors(spark, name):
+        if current is None:
+            current = snapshot.snapshot_id
+        if WAL_TO_PROP in snapshot.summary:
+            return LakeWatermark(snapshot.int_prop(WAL_TO_PROP), current)
+    if current is None:
         return LakeWatermark(0, None)
-    current = int(rows[-1]["snapshot_id"])
-    marks = [int(r["wal_to"]) for r in rows if r["wal_to"] is not None]
-    if marks:
-        return LakeWatermark(max(marks), current)
     top = spark.sql(f"SELECT max(`cursor`) AS m FROM {name}").collect()[0]["m"]
     return LakeWatermark(int(top or 0), current)
 
@@ -176,14 +181,12 @@ def commit_flush(
         writer.overwrite(F.col("cursor") > F.lit(mark.cursor))
     except Exception as exc:  # py4j / analysis errors: translate at the edge
         raise FlushError(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
-    after = lake_watermark(spark, gw)
-    if after.cursor != head:
-        raise FlushError(f"Flush of {gw!r}: lake watermark is {after.cursor}, expected {head}")
-    summary = spark.sql(
-        f"SELECT summary FROM {name}.snapshots WHERE snapshot_id = {after.snapshot_id}"
-    ).collect()[0]["summary"]
-    count = int(summary.get("added-records", 0))
-    size = int(summary.get("added-files-size", 0))
+    after = current_snapshot(spark, name)
+    committed = None if after is None else after.summary.get(WAL_TO_PROP)
+    if after is None or committed != str(head):
+        raise FlushError(f"Flush of {gw!r}: lake watermark is {committed}, expected {head}")
+    count = after.int_prop("added-records")
+    size = after.int_prop("added-files-size")
     result = FlushResult(gw, mark.cursor + 1, head, count, size, after.snapshot_id, 0.0)
     if after_commit is not None:
         after_commit(result)

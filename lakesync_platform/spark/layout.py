@@ -158,8 +158,10 @@ _TBL_PROPS = (
 
 def ensure_deltas_table(spark: SparkSession, gw: str) -> str:
     """Create ``gw``'s namespace and change log if missing; return the table name."""
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(gw)}")
     name = deltas_table(gw)
+    if table_exists(spark, name):
+        return name
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(gw)}")
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {name} ("
         "`cursor` bigint NOT NULL, delta_id string NOT NULL, `table` string NOT NULL, "
@@ -185,10 +187,10 @@ _STATE_PROPS = _TBL_PROPS.replace(
 
 def ensure_state_table(spark: SparkSession, gw: str, schema: TableSchema) -> str:
     """Create the state table of ``schema`` or add the columns it lacks (additive evolution)."""
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(gw)}")
     name = state_table(gw, log_table(schema))
     wanted = state_columns(schema)
     if not table_exists(spark, name):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(gw)}")
         cols = ", ".join(f"{q(n)} {t}" for n, t in wanted)
         spark.sql(f"CREATE TABLE IF NOT EXISTS {name} ({cols}) USING iceberg {_STATE_PROPS}")
         return name

@@ -9,7 +9,7 @@ Running twice, or after a crash, applies the same rows again: the result is the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -59,16 +59,14 @@ def changed_rows(state: DataFrame, schema: TableSchema, after: int) -> DataFrame
     )
 
 
-def _arrow_batches(df: DataFrame) -> Iterator[pa.Table]:
-    """The frame as Arrow tables of at most ``_BATCH`` rows (collected through Arrow, fast)."""
+def _collect_arrow(df: DataFrame) -> pa.Table:
+    """The frame as one Arrow table (one Spark job, collected through Arrow)."""
     import pyarrow as pa
 
     batches = df._collect_as_arrow(split_batches=True)
     if not batches:
-        return
-    table = pa.Table.from_batches(batches)
-    for offset in range(0, table.num_rows, _BATCH):
-        yield table.slice(offset, _BATCH)
+        return pa.table({name: pa.array([], pa.null()) for name in df.columns})
+    return pa.Table.from_batches(batches)
 
 
 def materialise_table(
@@ -82,29 +80,29 @@ def materialise_table(
     clock: Callable[[], float] = time.monotonic,
 ) -> MaterialiseResult:
     """Apply the state rows of ``schema`` changed since the destination's watermark."""
-    from pyspark.sql import functions as F
+    import pyarrow.compute as pc
 
     started = clock()
     dest = adapter.ensure_table(schema, dest_table)
     key = watermark_key(gw, schema, dest)
     mark = adapter.watermark(key)
     state = spark.table(ensure_state_table(spark, gw, schema))
-    changed = changed_rows(state, schema, mark)
-    top = changed.agg(F.max("cursor").alias("m")).collect()[0]["m"]
-    if top is None:
+    # One Spark job reads one snapshot of the state: the batch and its top cursor agree.
+    changed = _collect_arrow(changed_rows(state, schema, mark))
+    if changed.num_rows == 0:
         return MaterialiseResult(gw, schema.table, dest, mark + 1, mark, 0, 0, clock() - started)
-    import pyarrow.compute as pc
-
+    top = int(pc.max(changed.column("cursor")).as_py())
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     synced_at = now()
     with adapter.transaction() as conn:
-        for batch in _arrow_batches(changed.filter(F.col("cursor") <= top)):
+        for offset in range(0, changed.num_rows, _BATCH):
+            batch = changed.slice(offset, _BATCH)
             live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
             dead = batch.filter(pc.invert(batch.column("live"))).column("row_id").to_pylist()
             upserted += adapter.upsert_arrow(conn, schema, live, synced_at, dest)
             deleted += adapter.delete_rows(conn, schema, dead, synced_at, dest)
-        adapter.set_watermark(conn, key, int(top))
+        adapter.set_watermark(conn, key, top)
     return MaterialiseResult(
-        gw, schema.table, dest, mark + 1, int(top), upserted, deleted, clock() - started
+        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
     )

@@ -44,6 +44,7 @@ from .layout import (
     synced_columns,
     table_exists,
 )
+from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -279,14 +280,13 @@ def update_state(
         & (F.col("cursor") <= F.lit(upper))
     )
     incoming = fold_log(batch, schema)
-    if mark == 0 and spark.table(target).isEmpty():
+    before = current_snapshot(spark, target)
+    if mark == 0 and (before is None or before.int_prop("total-records") == 0):
         # First load: the folded batch *is* the state — one append, no join, no cache. (Runs
         # of one gateway are serialised, see assets/; a concurrent first load is not expected.)
         incoming.writeTo(target).append()
-        summary = spark.sql(
-            f"SELECT summary FROM {target}.snapshots ORDER BY committed_at DESC LIMIT 1"
-        ).collect()[0]["summary"]
-        rows = int(summary.get("added-records", 0))
+        after = current_snapshot(spark, target)
+        rows = 0 if after is None else after.int_prop("added-records")
         top = state_watermark(spark, target) if rows else mark
         return StateResult(gw, schema.table, mark + 1, top, rows, -1, clock() - started)
     merged = merge_states(spark.table(target), incoming, schema).cache()
