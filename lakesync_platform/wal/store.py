@@ -4,6 +4,9 @@ One :class:`WriteAheadLog` serves any number of gateway ids, isolated by key. Ba
 
 * SQLite (embedded default): one file in WAL journal mode, ``synchronous=FULL``; writes take
   the database lock up front (``BEGIN IMMEDIATE``), reads run on their own connections.
+  Commits only append to the ``-wal`` file (and fsync it); copying pages back into the
+  database file (the checkpoint) runs on a background thread with its own connection
+  (:class:`_SqliteCheckpointer`), off the commit path.
 * PostgreSQL: any number of gateway processes may share one database. A push locks its
   gateway's row in ``wal_gateways`` (``SELECT … FOR UPDATE``) before it reads anything, so
   pushes to one gateway are serialised and commit in cursor order: a reader never sees cursor
@@ -17,7 +20,9 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -104,8 +109,12 @@ class WriteAheadLog:
         self._read = read_engine
         self._meta = meta_engine or write_engine
         database = write_engine.url.database if write_engine.dialect.name == "sqlite" else None
-        self._write_lock: AbstractContextManager[Any] = (
-            _SqliteWriterLock(database) if database else nullcontext()
+        writer_lock = _SqliteWriterLock(database) if database else None
+        self._write_lock: AbstractContextManager[Any] = writer_lock or nullcontext()
+        self._checkpointer = (
+            _SqliteCheckpointer(database, writer_lock)
+            if database and writer_lock is not None and database != ":memory:"
+            else None
         )
         self.url = url
         self.dialect = write_engine.dialect.name
@@ -146,6 +155,8 @@ class WriteAheadLog:
 
     def close(self) -> None:
         """Release every connection."""
+        if self._checkpointer is not None:
+            self._checkpointer.close()
         for engine in {self._write, self._read, self._meta}:
             engine.dispose()
         if isinstance(self._write_lock, _SqliteWriterLock):
@@ -163,6 +174,9 @@ class WriteAheadLog:
                 yield conn
         except SQLAlchemyError as exc:
             raise AdapterError(f"WAL write failed: {exc.__class__.__name__}: {exc}") from exc
+        finally:
+            if self._checkpointer is not None:
+                self._checkpointer.notify()
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
@@ -454,6 +468,9 @@ class WriteAheadLog:
                 yield conn
         except SQLAlchemyError as exc:
             raise AdapterError(f"WAL write failed: {exc.__class__.__name__}: {exc}") from exc
+        finally:
+            if self._checkpointer is not None:
+                self._checkpointer.notify()
 
     def table_columns(self, gw: str) -> dict[str, list[str]]:
         """Every column ever accepted, per table, in first-seen order."""
@@ -758,8 +775,99 @@ class _SqliteWriterLock:
                 self._fd = None
 
 
+class _SqliteCheckpointer:
+    """Checkpoints a SQLite WAL on a background thread, off the commit path.
+
+    Every connection of :class:`WriteAheadLog` runs with ``wal_autocheckpoint=0``: a commit
+    only appends its pages to the ``-wal`` file and fsyncs it (``synchronous=FULL``; that is
+    what makes an acknowledged push durable). Copying those pages into the database file and
+    fsyncing it — the checkpoint, which SQLite would otherwise run inside every ~1000th commit —
+    happens here, on a separate connection: SQLite releases the GIL while it checkpoints, so
+    the copy overlaps with the next pushes instead of delaying them.
+
+    After a write is signalled the thread waits ``delay_s`` (so one checkpoint covers many
+    commits) and runs a ``PASSIVE`` checkpoint, which never blocks readers or writers. Under
+    continuous writes a passive checkpoint may never catch up with the end of the log, so the
+    log could not restart from its beginning; once it holds ``restart_frames`` frames the
+    thread takes the writer lock (writers queue for the few milliseconds it takes to copy the
+    rest) and runs a ``RESTART`` checkpoint, after which the next commit starts the log over.
+    """
+
+    def __init__(
+        self,
+        database: str,
+        writer_lock: _SqliteWriterLock,
+        *,
+        delay_s: float = 0.05,
+        restart_frames: int = 16_384,
+    ) -> None:
+        self._database = database
+        self._writer_lock = writer_lock
+        self._delay_s = delay_s
+        self._restart_frames = restart_frames
+        self._cond = threading.Condition()
+        self._pending = False
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def notify(self) -> None:
+        """A write committed (or failed): check the log soon."""
+        if self._pending:
+            return
+        with self._cond:
+            self._pending = True
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._loop, name="lakesync-wal-checkpoint", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify()
+
+    def close(self) -> None:
+        """Stop the thread (after a last checkpoint)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(self._database, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout=2000")
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+            while True:
+                with self._cond:
+                    while not self._pending and not self._closed:
+                        self._cond.wait()
+                    if not self._pending and self._closed:
+                        return
+                if not self._closed:
+                    time.sleep(self._delay_s)
+                self._pending = False
+                self.checkpoint(conn)
+        except Exception as exc:  # never take the gateway down; SQLite checkpoints on close
+            log.warning("WAL checkpoint thread stopped: %s", exc)
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def checkpoint(self, conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """One passive checkpoint; a restart under the writer lock once the log is long."""
+        busy, frames, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if frames >= self._restart_frames:
+            with self._writer_lock:
+                busy, frames, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+        return int(busy), int(frames), int(done)
+
+
 def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FULL") -> None:
-    """WAL journal, fsync on commit (``FULL``), busy timeout, explicit transaction control."""
+    """WAL journal, fsync on commit (``FULL``), busy timeout, explicit transaction control.
+
+    No automatic checkpoints: :class:`_SqliteCheckpointer` runs them in the background.
+    """
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -772,6 +880,7 @@ def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FU
         cur.execute("PRAGMA cache_size=-131072")
         cur.execute("PRAGMA mmap_size=1073741824")
         cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA wal_autocheckpoint=0")
         cur.close()
 
     begin_sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"

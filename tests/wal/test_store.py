@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,63 @@ def test_sqlite_runs_in_wal_journal_mode_with_full_sync(tmp_path: Path) -> None:
     with wal.write() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+    wal.close()
+
+
+def _push_rows(wal: WriteAheadLog, gw: str, first: int, n: int) -> None:
+    SyncService(wal, clock=lambda: BASE_MS).push(
+        gw,
+        "a",
+        [
+            make_delta("a", encode(BASE_MS, i), "t", f"r{i}", {"x": "v" * 200}, "INSERT")
+            for i in range(first, first + n)
+        ],
+    )
+
+
+def test_sqlite_commits_leave_checkpoints_to_a_background_thread(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    wal = WriteAheadLog.open(f"sqlite:///{path}")
+    with wal.write() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+    with wal.bookkeeping() as conn:
+        assert conn.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() == 0
+    _push_rows(wal, "gw", 0, 2000)  # ~1 MB: past SQLite's default 1000-page autocheckpoint
+    # the commit only appended to the -wal file; the checkpoint thread copies the pages into
+    # the database file soon after (waited for, not timed)
+    deadline = time.monotonic() + 30
+    while path.stat().st_size < 2000 * 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert path.stat().st_size >= 2000 * 200
+    wal.close()
+    reopened = WriteAheadLog.open(f"sqlite:///{path}")
+    assert reopened.stats("gw").row_count == 2000
+    reopened.close()
+
+
+def test_sqlite_checkpoint_restarts_a_long_log_under_the_writer_lock(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    wal = WriteAheadLog.open(f"sqlite:///{path}")
+    ckpt = wal._checkpointer
+    assert ckpt is not None
+    ckpt.close()  # no background checkpoints: this test runs them itself
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        _push_rows(wal, "gw", 0, 500)
+        ckpt._restart_frames = 10**9  # passive only: the log keeps its frames
+        busy, frames, done = ckpt.checkpoint(conn)
+        assert busy == 0 and frames > 0 and done == frames
+        _push_rows(wal, "gw", 500, 500)
+        ckpt._restart_frames = 1  # a long log: RESTART under the writer lock
+        busy, frames, done = ckpt.checkpoint(conn)
+        assert busy == 0 and done == frames
+        _push_rows(wal, "gw", 1000, 1)
+        # after a restart the next commit writes from the start of the log again
+        _, frames_after, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert 0 < frames_after < frames
+    finally:
+        conn.close()
+    assert wal.stats("gw").row_count == 1001
     wal.close()
 
 
