@@ -929,6 +929,10 @@ def make_plan(args: argparse.Namespace) -> Plan:
     plan.backends = args.backends.split(",")
     if args.workers:
         plan.workers = [int(w) for w in args.workers.split(",")]
+    if args.clients:
+        plan.clients = [int(c) for c in args.clients.split(",")]
+    if args.batches:
+        plan.batches = [int(b) for b in args.batches.split(",")]
     if args.scale_max:
         plan.scale_big = args.scale_max
     if args.push_seconds:
@@ -1658,6 +1662,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workers", default="", help="server --workers values for section 1 (full: 1,2; quick: 1)"
     )
+    ap.add_argument("--clients", default="", help="section 1 client counts (default 1,4,16)")
+    ap.add_argument("--batches", default="", help="section 1 batch sizes (default 100,500)")
     ap.add_argument(
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
