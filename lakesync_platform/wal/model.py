@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from ..core.delta import ColumnDelta, RowDelta
 
 __all__ = ["FlushRequest", "GatewayStats", "PullPage", "PushResult", "WalEntry"]
 
 
-@dataclass(frozen=True, slots=True)
-class WalEntry:
-    """One accepted change, as appended to the log.
+class WalEntry(msgspec.Struct, frozen=True):
+    """One accepted change, as appended to the log (a struct: built in C on the push path).
 
     ``cursor`` is the server-assigned, strictly increasing ingest cursor (per gateway).
     ``columns`` are the *effective* columns (the ones the delta won); ``op`` is ``INSERT`` (the

@@ -30,6 +30,7 @@ sets its cursor to it, and it must never jump past entries the client has not re
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,12 +42,12 @@ from sqlalchemy import Connection
 from ..core.delta import DELETE, INSERT, RowDelta
 from ..core.errors import BackpressureError, ClockDriftError, ForbiddenError
 from ..core.hlc import MAX_DRIFT_MS, decode
-from ..core.merge import RowState, merge_delta
+from ..core.merge import RowState, encode_row_state, merge_delta
 from ..core.schema import TableSchema, check_delta
 from ..core.sync_rules import Claims, ClientView, SyncRules, sync_rules_to_json
 from .group_commit import GroupCommitter
 from .model import PullPage, PushResult, WalEntry
-from .store import RowRecord, StoredRow, WriteAheadLog
+from .store import RowRecord, StoredRow, WriteAheadLog, encode_columns
 
 __all__ = ["POSITION_BITS", "SyncService", "compose_cursor", "split_cursor"]
 
@@ -56,6 +57,7 @@ _POSITION_MASK = (1 << POSITION_BITS) - 1
 _TAG_BITS = 22
 _SCAN_CHUNK = 2000
 _CONFIG_TTL_S = 1.0
+_json_encode = msgspec.json.Encoder().encode
 
 
 def compose_cursor(tag: int, position: int) -> int:
@@ -96,9 +98,26 @@ class _GatewayConfig:
     columns: dict[str, list[str]]
     loaded: float
     has_filters: bool = field(init=False)
+    column_sets: dict[str, set[str]] = field(init=False)
+    _types: dict[str, dict[str, str]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.has_filters = self.rules is not None and any(b.filters for b in self.rules.buckets)
+        self.column_sets = {tbl: set(cols) for tbl, cols in self.columns.items()}
+        self._types = {}
+
+    def add_column(self, table: str, name: str) -> None:
+        """Record a column first accepted by a push (``columns`` keeps first-seen order)."""
+        if name not in self.column_sets.setdefault(table, set()):
+            self.column_sets[table].add(name)
+            self.columns.setdefault(table, []).append(name)
+
+    def column_types(self, table: str) -> dict[str, str]:
+        """Declared type by column name for a table with a registered schema."""
+        types = self._types.get(table)
+        if types is None:
+            types = self._types[table] = {c.name: c.type for c in self.schemas[table].columns}
+        return types
 
     def full_columns(self, table: str) -> list[str]:
         """Every column a delivered row of ``table`` carries (``null`` where the row has none)."""
@@ -117,6 +136,90 @@ class _GatewayConfig:
             h.update(b"\0" + k.encode() + b"\1")
             h.update("\2".join([v] if isinstance(v, str) else list(v)).encode())
         return (int.from_bytes(h.digest()[:4], "big") & ((1 << _TAG_BITS) - 1)) | 1
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """Per-delta work done before a push queues for the writer (parallel lists, by index).
+
+    ``new_row_json[i]`` is the stored state of the row delta ``i`` creates if its row does not
+    exist yet (``None`` for a DELETE or a write without columns, which never create one).
+    ``may_add_columns[i]`` is false when every column of delta ``i`` was already known.
+    """
+
+    keys: list[str]
+    sizes: list[int]
+    columns_json: list[str]
+    new_row_json: list[str | None]
+    may_add_columns: list[bool]
+
+
+_state_encode = msgspec.json.Encoder().encode
+
+
+def _prepare(
+    cfg: _GatewayConfig,
+    client_id: str,
+    deltas: Sequence[RowDelta],
+    now: int,
+    *,
+    any_client_ids: bool,
+) -> _Prepared:
+    """Validate ``deltas`` (ownership, schema, clock drift) and precompute what the writer needs.
+
+    Raises on the first invalid delta; nothing has been written then.
+    """
+    prep = _Prepared([], [], [], [], [])
+    max_hlc = (now + MAX_DRIFT_MS + 1) << 16  # an HLC at or past this is too far ahead
+    known = cfg.column_sets
+    for d in deltas:
+        if not any_client_ids and d.client_id != client_id:
+            raise ForbiddenError(f'Delta clientId "{d.client_id}" does not match the push clientId')
+        cols = d.columns
+        schema = cfg.schemas.get(d.table)
+        if schema is not None and d.op != DELETE:
+            types = cfg.column_types(d.table)
+            for col in cols:
+                if not _fits(types.get(col.column), col.value):
+                    # the full check: raises, or accepts the whole delta (e.g. json columns)
+                    check_delta(schema, d, version=cfg.versions.get(d.table, 1))
+                    break
+        if d.hlc >= max_hlc:
+            drift = decode(d.hlc)[0] - now
+            raise ClockDriftError(f"Remote clock is {drift}ms ahead (max drift: {MAX_DRIFT_MS}ms)")
+        prep.keys.append(f"{d.table}:{d.row_id}")
+        prep.sizes.append(_estimate_bytes(d))
+        prep.columns_json.append(_json_encode(cols).decode())
+        if d.op == DELETE or not cols:
+            prep.new_row_json.append(None)
+            prep.may_add_columns.append(False)
+            continue
+        hlc, cid = d.hlc, d.client_id
+        row = {c.column: (c.value, hlc, cid) for c in cols}
+        # the RowState encoding (core.merge) of a row that holds exactly this write
+        prep.new_row_json.append(
+            _state_encode({"c": row, "dh": 0, "dc": ""}).decode() if len(row) == len(cols) else None
+        )
+        table_known = known.get(d.table)
+        prep.may_add_columns.append(
+            table_known is None or any(c.column not in table_known for c in cols)
+        )
+    return prep
+
+
+def _fits(col_type: str | None, value: Any) -> bool:
+    """The common cases of :func:`~lakesync_platform.core.schema.check_delta`, inline; ``False``
+    means "not sure" (the caller then runs the full check, which raises or accepts)."""
+    if value is None:
+        return col_type is not None
+    kind = type(value)
+    if col_type == "string":
+        return kind is str
+    if col_type == "number":
+        return kind is int or (kind is float and math.isfinite(value))
+    if col_type == "boolean":
+        return kind is bool
+    return False
 
 
 def _delivery_id(kind: bytes, key: str, position: int) -> str:
@@ -186,26 +289,19 @@ class SyncService:
         claims: Claims | None = None,
         any_client_ids: bool = False,
     ) -> PushResult:
-        """Accept a batch whole or reject it whole; see the module docstring."""
+        """Accept a batch whole or reject it whole; see the module docstring.
+
+        Everything that does not depend on stored state (validation, row keys, size estimates,
+        the JSON of each delta's columns and of the row it creates if the row is new) is done
+        here, on the caller's thread; the WAL writer thread, which every push of the process
+        queues for, only looks up, merges and writes.
+        """
         now = self._clock()
         cfg = self.config(gw)
-        for d in deltas:
-            if not any_client_ids and d.client_id != client_id:
-                raise ForbiddenError(
-                    f'Delta clientId "{d.client_id}" does not match the push clientId'
-                )
-            schema = cfg.schemas.get(d.table)
-            if schema is not None:
-                check_delta(schema, d, version=cfg.versions.get(d.table, 1))
-            drift = decode(d.hlc)[0] - now
-            if drift > MAX_DRIFT_MS:
-                raise ClockDriftError(
-                    f"Remote clock is {drift}ms ahead (max drift: {MAX_DRIFT_MS}ms)"
-                )
+        prep = _prepare(cfg, client_id, deltas, now, any_client_ids=any_client_ids)
         view = ClientView(cfg.rules, claims or {}) if cfg.has_filters else None
 
         def apply(conn: Connection) -> tuple[PushResult, list[tuple[str, str, int]]]:
-            new_columns: list[tuple[str, str, int]] = []
             lock = self.wal.lock_gateway(conn, gw, now)
             if (
                 self.max_backlog_bytes is not None
@@ -216,55 +312,85 @@ class SyncService:
                     f"WAL backlog exceeded ({backlog} >= {self.max_backlog_bytes} bytes); "
                     "retry after the next flush"
                 )
-            seen = self.wal.known_delta_ids(conn, gw, [d.delta_id for d in deltas])
-            keys = list(dict.fromkeys(d.key for d in deltas))
-            states: dict[str, RowState] = self.wal.load_rows(conn, gw, keys)
+            # Records every id not accepted before (forever) and returns those: the rest are
+            # duplicates. An id repeated inside the batch is new only at its first occurrence.
+            fresh_ids = self.wal.claim_delta_ids(conn, gw, [d.delta_id for d in deltas])
+            keys = prep.keys
+            states: dict[str, RowState] = self.wal.load_rows(conn, gw, list(dict.fromkeys(keys)))
             cursor = lock.last_cursor
             entries: list[WalEntry] = []
+            entry_rows: list[tuple[Any, ...]] = []
             positions: dict[str, int] = {}
             rows_of: dict[str, RowDelta] = {}
+            # rows this push created whose state is still exactly one delta's (its index)
+            created: dict[str, int] = {}
             bump: dict[str, None] = {}
-            new_ids: list[str] = []
+            new_columns: list[tuple[str, str, int]] = []
+            known: dict[str, set[str]] | None = None
             duplicates = 0
             added_bytes = 0
-            known = {tbl: set(cols) for tbl, cols in cfg.columns.items()}
-            for d in deltas:
-                key = d.key
-                if d.delta_id in seen:
+            for i, d in enumerate(deltas):
+                key = keys[i]
+                if d.delta_id not in fresh_ids:
                     duplicates += 1
-                    if key in states:
+                    if key in states or key in created:
                         bump[key] = None
                         rows_of.setdefault(key, d)
                     continue
-                seen.add(d.delta_id)
-                new_ids.append(d.delta_id)
-                outcome = merge_delta(states.get(key), d)
-                states[key] = outcome.state
+                fresh_ids.discard(d.delta_id)
                 rows_of[key] = d
-                if outcome.op is not None:
+                size = prep.sizes[i]
+                if prep.new_row_json[i] is not None and key not in states and key not in created:
+                    # A write to a row nobody has: every column wins, the row is born with it.
                     cursor += 1
-                    size = _estimate_bytes(d)
                     added_bytes += size
                     entries.append(
                         WalEntry(
-                            cursor,
-                            d.delta_id,
-                            d.table,
-                            d.row_id,
-                            outcome.op,
-                            d.client_id,
-                            d.hlc,
-                            outcome.columns,
-                            now,
-                            size,
+                            cursor, d.delta_id, d.table, d.row_id, INSERT, d.client_id,
+                            d.hlc, d.columns, now, size,
                         )
-                    )
+                    )  # fmt: skip
+                    entry_rows.append(
+                        (
+                            cursor, d.delta_id, d.table, d.row_id, INSERT, d.client_id,
+                            d.hlc, prep.columns_json[i], now, size,
+                        )
+                    )  # fmt: skip
                     positions[key] = cursor
-                if outcome.op is None or (
-                    d.op != DELETE and len(outcome.columns) < len({c.column for c in d.columns})
-                ):
-                    bump[key] = None
-                if d.op != DELETE:
+                    created[key] = i
+                else:
+                    if key in created:
+                        states[key] = merge_delta(None, deltas[created.pop(key)]).state
+                    outcome = merge_delta(states.get(key), d)
+                    states[key] = outcome.state
+                    if outcome.op is not None:
+                        cursor += 1
+                        added_bytes += size
+                        entries.append(
+                            WalEntry(
+                                cursor, d.delta_id, d.table, d.row_id, outcome.op,
+                                d.client_id, d.hlc, outcome.columns, now, size,
+                            )
+                        )  # fmt: skip
+                        columns_json = (
+                            prep.columns_json[i]
+                            if outcome.columns == d.columns
+                            else encode_columns(outcome.columns)
+                        )
+                        entry_rows.append(
+                            (
+                                cursor, d.delta_id, d.table, d.row_id, outcome.op,
+                                d.client_id, d.hlc, columns_json, now, size,
+                            )
+                        )  # fmt: skip
+                        positions[key] = cursor
+                    if outcome.op is None or (
+                        d.op != DELETE and len(outcome.columns) < len({c.column for c in d.columns})
+                    ):
+                        bump[key] = None
+                if prep.may_add_columns[i]:
+                    if known is None:
+                        known = {tbl: set(cols) for tbl, cols in list(cfg.columns.items())}
                     table_known = known.setdefault(d.table, set())
                     for col in d.columns:
                         if col.column not in table_known:
@@ -273,16 +399,22 @@ class SyncService:
             for key in bump:
                 cursor += 1
                 positions[key] = cursor
-            rows = [
-                StoredRow(key, rows_of[key].table, rows_of[key].row_id, states[key], pos)
-                for key, pos in positions.items()
-            ]
+            state_rows: list[tuple[Any, ...]] = []
+            for key, pos in positions.items():
+                d = rows_of[key]
+                if key in created:
+                    state_rows.append(
+                        (key, d.table, d.row_id, prep.new_row_json[created[key]], 1, pos)
+                    )
+                else:
+                    st = states[key]
+                    state_json = encode_row_state(st).decode()
+                    state_rows.append((key, d.table, d.row_id, state_json, int(st.live), pos))
             self.wal.write_push(
                 conn,
                 gw,
-                entries=entries,
-                rows=rows,
-                new_delta_ids=new_ids,
+                entry_rows=entry_rows,
+                state_rows=state_rows,
                 last_cursor=cursor,
                 added_bytes=added_bytes,
                 new_columns=new_columns,
@@ -303,7 +435,7 @@ class SyncService:
 
         result, new_columns = self._committer.run(gw, apply)
         for tbl, name, _ordinal in new_columns:
-            cfg.columns.setdefault(tbl, []).append(name)
+            cfg.add_column(tbl, name)
         return result
 
     # ------------------------------------------------------------------ pull

@@ -91,7 +91,7 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterator[Sequence[Any]]
 
 def encode_columns(columns: Sequence[ColumnDelta]) -> str:
     """Columns as the WAL stores them: a JSON array of ``{"column", "value"}``."""
-    return _json_encode([{"column": c.column, "value": c.value} for c in columns]).decode()
+    return _json_encode(columns).decode()  # a ColumnDelta struct encodes as that object
 
 
 def decode_columns(text: str) -> tuple[ColumnDelta, ...]:
@@ -265,63 +265,57 @@ class WriteAheadLog:
         """A raw statement with the driver's placeholder style (``?`` or ``%s``)."""
         return template if self.dialect == "sqlite" else template.replace("?", "%s")
 
+    def claim_delta_ids(self, conn: Connection, gw: str, ids: Sequence[str]) -> set[str]:
+        """Record ``ids`` as accepted; return those that were not accepted before.
+
+        One ``INSERT … ON CONFLICT DO NOTHING RETURNING`` (per 500 ids on SQLite): the dedup
+        lookup and the insert are one index descent per id. The caller holds the gateway lock.
+        """
+        if not ids:
+            return set()
+        if self.dialect == "postgresql":
+            rows = conn.exec_driver_sql(
+                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%b::text[])"
+                " ON CONFLICT DO NOTHING RETURNING delta_id",
+                (gw, list(ids)),
+            ).all()
+            return {r[0] for r in rows}
+        out: set[str] = set()
+        for part in _chunks(ids):
+            stmt = (
+                "INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES "
+                + ",".join(["(?1,?)"] * len(part))
+                + " ON CONFLICT DO NOTHING RETURNING delta_id"
+            )
+            out.update(r[0] for r in conn.exec_driver_sql(stmt, (gw, *part)).all())
+        return out
+
     def write_push(
         self,
         conn: Connection,
         gw: str,
         *,
-        entries: Sequence[WalEntry],
-        rows: Sequence[StoredRow],
-        new_delta_ids: Sequence[str],
+        entry_rows: Sequence[tuple[Any, ...]],
+        state_rows: Sequence[tuple[Any, ...]],
         last_cursor: int,
         added_bytes: int,
         new_columns: Sequence[tuple[str, str, int]],
     ) -> None:
         """Write one push's effects; the caller holds the gateway lock and commits.
 
-        The hot path of every push: plain driver ``executemany`` (no per-row SQLAlchemy work).
+        ``entry_rows``: ``(cursor, delta_id, tbl, row_id, op, client_id, hlc, columns_json,
+        ingest_ms, size)``; ``state_rows``: ``(row_key, tbl, row_id,
+        state_json, live, position)``. The hot path of every push: plain driver statements, no
+        per-row SQLAlchemy work.
         """
-        from ..core.merge import encode_row_state
-
-        entry_rows = [
-            (
-                e.cursor,
-                e.delta_id,
-                e.table,
-                e.row_id,
-                e.op,
-                e.client_id,
-                e.hlc,
-                encode_columns(e.columns),
-                e.ingest_ms,
-                e.size,
-            )
-            for e in entries
-        ]
-        state_rows = [
-            (
-                r.row_key,
-                r.table,
-                r.row_id,
-                encode_row_state(r.state).decode(),
-                1 if r.state.columns else 0,
-                r.position,
-            )
-            for r in rows
-        ]
         if self.dialect == "postgresql":
-            self._write_push_postgres(conn, gw, entry_rows, state_rows, new_delta_ids)
+            self._write_push_postgres(conn, gw, entry_rows, state_rows)
         else:
             if entry_rows:
                 conn.exec_driver_sql(
                     "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op,"
                     " client_id, hlc, columns, ingest_ms, size) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     [(gw, *e) for e in entry_rows],
-                )
-            if new_delta_ids:
-                conn.exec_driver_sql(
-                    "INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES (?,?)",
-                    [(gw, d) for d in new_delta_ids],
                 )
             if state_rows:
                 conn.exec_driver_sql(
@@ -349,9 +343,8 @@ class WriteAheadLog:
     def _write_push_postgres(
         conn: Connection,
         gw: str,
-        entry_rows: list[tuple[Any, ...]],
-        state_rows: list[tuple[Any, ...]],
-        new_delta_ids: Sequence[str],
+        entry_rows: Sequence[tuple[Any, ...]],
+        state_rows: Sequence[tuple[Any, ...]],
     ) -> None:
         """One statement per table: columns as binary arrays, expanded server-side by ``unnest``."""
         if entry_rows:
@@ -362,11 +355,6 @@ class WriteAheadLog:
                 " %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[],"
                 " %b::text[], %b::bigint[], %b::int[])",
                 (gw, *[list(c) for c in cols]),
-            )
-        if new_delta_ids:
-            conn.exec_driver_sql(
-                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%b::text[])",
-                (gw, list(new_delta_ids)),
             )
         if state_rows:
             cols = list(zip(*state_rows, strict=True))

@@ -324,3 +324,59 @@ def test_gateways_are_isolated(service: SyncService, wal: WriteAheadLog, gw: str
     # The same delta id is new to another gateway.
     assert len(service.push(other, "a", [d]).entries) == 1
     assert wal.max_cursor(gw) == 1 and wal.max_cursor(other) == 1
+
+
+def test_one_batch_applies_like_its_deltas_one_push_at_a_time(clock: Clock, tmp_path: Any) -> None:
+    """New rows take a shortcut (no merge); the outcome must equal merging every delta in order:
+    rows touched several times in one batch, duplicates of rows the batch created, deletes of
+    unknown rows, losing writes, writes without columns, a column repeated in one delta."""
+    pre = [make_delta("a", h(50), "t", "old", {"x": 1, "y": 1}, "INSERT")]
+    created = make_delta("a", h(1), "t", "r2", {"x": 1}, "INSERT")
+    batch = [
+        make_delta("a", h(1), "t", "r1", {"x": 1, "y": 2}, "INSERT"),
+        make_delta("b", h(2), "t", "r1", {"y": 3}),  # onto a row created in this batch
+        created,
+        created,  # a duplicate of a row created in this batch: re-announced
+        make_delta("a", h(3), "t", "r3", None),  # delete of an unknown row
+        make_delta("a", h(2), "t", "r3", {"x": 5}, "INSERT"),  # older than that delete: lost
+        make_delta("b", h(60), "t", "old", {"x": 2}),  # newer than the stored row
+        make_delta("b", h(1), "t", "old", {"y": 0}),  # older: lost, re-announced
+        make_delta("a", h(4), "t", "r4", {}),  # a write without columns
+        make_delta("a", h(5), "u", "r1", {"z": [1, {"k": "v"}], "w": None}, "INSERT"),
+    ]
+    repeated = make_delta("a", h(6), "t", "r5", {"x": 1}, "INSERT")
+    batch.append(
+        type(repeated)(
+            repeated.op, "t", "r5", "a", (*repeated.columns, *repeated.columns), h(6), "rep-col"
+        )
+    )
+    outcomes = []
+    for one_by_one in (False, True):
+        wal = WriteAheadLog.open(f"sqlite:///{tmp_path / f'wal{one_by_one}.db'}")
+        service = SyncService(wal, clock)
+        service.push("gw", "a", pre)
+        if one_by_one:
+            results = [service.push("gw", d.client_id, [d], any_client_ids=True) for d in batch]
+        else:
+            results = [service.push("gw", "a", batch, any_client_ids=True)]
+        entries = [(e.delta_id, e.op, e.columns, e.hlc) for r in results for e in r.entries]
+        log = [(e.delta_id, e.op, e.columns, e.hlc) for e in wal.read_entries("gw", 1)]
+        assert log == entries
+        rows = {(tbl, k): v for tbl in ("t", "u") for k, v in service.known_rows("gw", tbl).items()}
+        pulled, _ = stamped_rows(service, "gw", "c")
+        with wal.read() as conn:
+            logged = {e.cursor for e in wal.read_entries("gw", 0)}
+            reannounced = {r.row_key for r in wal.scan_rows(conn, "gw", 0, 100)} - {
+                r.row_key for r in wal.scan_rows(conn, "gw", 0, 100) if r.position in logged
+            }
+        outcomes.append((entries, rows, pulled, reannounced, sum(r.duplicates for r in results)))
+        wal.close()
+    assert outcomes[0] == outcomes[1]
+    entries, rows, pulled, reannounced, duplicates = outcomes[0]
+    assert duplicates == 1
+    assert reannounced == {"t:r2", "t:r3", "t:old", "t:r4"}
+    assert rows[("t", "r1")].values() == {"x": 1, "y": 3}
+    assert not rows[("t", "r3")].live and rows[("t", "r3")].delete_client == "a"
+    assert rows[("t", "old")].values() == {"x": 2, "y": 1}
+    assert pulled["r2"] == {"x": 1} and pulled["r3"] is None
+    assert [e[1] for e in entries[:3]] == ["INSERT", "UPDATE", "INSERT"]
