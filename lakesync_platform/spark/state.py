@@ -47,7 +47,7 @@ from .layout import (
 from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "StateResult",
@@ -73,10 +73,7 @@ def _value_prefix(names: list[str]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class StateResult:
-    """What one state run did for one table: log range merged, rows touched, live among them.
-
-    ``live_changed`` is ``-1`` after a first load (not counted, to keep that path one pass).
-    """
+    """What one state run did for one table: log range merged, rows touched, live among them."""
 
     gateway_id: str
     table: str
@@ -87,37 +84,42 @@ class StateResult:
     seconds: float
 
 
-def _client_key(col: Column) -> Column:
-    from pyspark.sql import functions as F
+# The transforms below are written as SQL expression text (``selectExpr`` / ``expr``): one py4j
+# call per output column, where the same plan built from ``Column`` objects costs a round trip
+# per function call (hundreds per table, a noticeable part of a small run).
 
-    return F.encode(col, "UTF-16BE")
+
+def _key(client: str) -> str:
+    """SQL: a client id's sort key, its UTF-16 code units (JavaScript string order)."""
+    return f"encode({client}, 'UTF-16BE')"
 
 
-def _newer(h1: Column, c1: Column, h2: Column, c2: Column, *, ties: bool) -> Column:
-    """Stamp (h1, c1) newer than (h2, c2) (or equal when ``ties``); a null stamp is oldest."""
-    from pyspark.sql import functions as F
-
-    k1, k2 = _client_key(c1), _client_key(c2)
-    tie = (h1 == h2) & ((k1 >= k2) if ties else (k1 > k2))
+def _newer(h1: str, c1: str, h2: str, c2: str, *, ties: bool) -> str:
+    """SQL: stamp (h1, c1) newer than (h2, c2) (or equal when ``ties``); a null stamp is oldest."""
+    op = ">=" if ties else ">"
     return (
-        F.when(h1.isNull(), F.lit(False)).when(h2.isNull(), F.lit(True)).otherwise((h1 > h2) | tie)
+        f"(CASE WHEN {h1} IS NULL THEN false WHEN {h2} IS NULL THEN true "
+        f"ELSE ({h1} > {h2} OR ({h1} = {h2} AND {_key(c1)} {op} {_key(c2)})) END)"
     )
 
 
-def _typed_value(raw: Column, typ: str) -> Column:
-    """Raw JSON token text → the state column's value (json strings carry the U+0001 mark)."""
-    from pyspark.sql import functions as F
-
+def _typed_value(raw: str, typ: str) -> str:
+    """SQL: raw JSON token text → the state column's value (json strings carry the U+0001 mark)."""
     if typ == "number":
-        return raw.cast("double")
+        return f"CAST({raw} AS DOUBLE)"
     if typ == "boolean":
-        return F.when(raw == "true", F.lit(True)).when(raw == "false", F.lit(False))
+        return f"(CASE WHEN {raw} = 'true' THEN true WHEN {raw} = 'false' THEN false END)"
     if typ == "json":
-        is_str = raw.startswith(_STRING_MARK)
-        text = raw.substr(F.lit(2), F.length(raw))
-        quoted = F.to_json(F.struct(text.alias("v")))
-        return F.when(is_str, quoted.substr(F.lit(6), F.length(quoted) - 6)).otherwise(raw)
+        quoted = f"to_json(named_struct('v', substring({raw}, 2)))"
+        return (
+            f"(CASE WHEN substring({raw}, 1, 1) = chr(1) "
+            f"THEN substring({quoted}, 6, length({quoted}) - 6) ELSE {raw} END)"
+        )
     return raw
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def parse_log_columns(log: DataFrame, json_columns: list[str] | None = None) -> DataFrame:
@@ -139,70 +141,65 @@ def parse_log_columns(log: DataFrame, json_columns: list[str] | None = None) -> 
 
 
 def _finish(df: DataFrame, schema: TableSchema) -> DataFrame:
-    """Clear columns not newer than the delete stamp, set ``live``, order the columns."""
-    from pyspark.sql import functions as F
-
-    dh, dc = F.col(DELETE_HLC_COL), F.col(DELETE_CLIENT_COL)
-    out = df
+    """Clear the columns a delete stamp covers, set ``live``, cast and order the columns."""
+    dh, dc = q(DELETE_HLC_COL), q(DELETE_CLIENT_COL)
+    exprs: dict[str, str] = {
+        "row_id": "row_id",
+        CURSOR_COL: q(CURSOR_COL),
+        DELETE_HLC_COL: dh,
+        DELETE_CLIENT_COL: dc,
+    }
     survivors = []
     for name, _ in synced_columns(schema):
-        h, c = F.col(hlc_col(name)), F.col(client_col(name))
-        keep = F.when(dh.isNull(), h.isNotNull()).otherwise(_newer(h, c, dh, dc, ties=False))
-        out = out.withColumns(
-            {
-                name: F.when(keep, F.col(name)),
-                hlc_col(name): F.when(keep, h),
-                client_col(name): F.when(keep, c),
-            }
-        )
-        survivors.append(F.col(hlc_col(name)).isNotNull())
-    live = F.lit(False)
-    for s in survivors:
-        live = live | s
-    out = out.withColumn(LIVE_COL, live)
-    return out.select(*[F.col(q(n)).cast(t).alias(n) for n, t in state_columns(schema)])
+        h, c = q(hlc_col(name)), q(client_col(name))
+        newer = _newer(h, c, dh, dc, ties=False)
+        keep = f"(CASE WHEN {dh} IS NULL THEN {h} IS NOT NULL ELSE {newer} END)"
+        exprs[name] = f"CASE WHEN {keep} THEN {q(name)} END"
+        exprs[hlc_col(name)] = f"CASE WHEN {keep} THEN {h} END"
+        exprs[client_col(name)] = f"CASE WHEN {keep} THEN {c} END"
+        survivors.append(f"({keep})")
+    exprs[LIVE_COL] = " OR ".join(survivors) if survivors else "false"
+    return df.selectExpr(*[f"CAST({exprs[n]} AS {t}) AS {q(n)}" for n, t in state_columns(schema)])
 
 
 def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
     """Pure: change-log rows of ``schema.table`` → one partial state row per ``row_id``."""
     from pyspark.sql import functions as F
 
-    json_columns = [name for name, typ in synced_columns(schema) if typ == "json"]
-    entries = parse_log_columns(log.filter(F.col("table") == log_table(schema)), json_columns)
-    entries = entries.withColumn("_k", _client_key(F.col("client_id")))
-    is_delete = F.col("op") == DELETE
-    key = F.col("_k")
-    aggs = [
-        F.max("cursor").alias(CURSOR_COL),
-        F.max(F.when(is_delete, F.struct(F.col("hlc"), key.alias("k"), F.col("client_id")))).alias(
-            "_del"
-        ),
-    ]
     cols = synced_columns(schema)
+    json_columns = [name for name, typ in cols if typ == "json"]
+    entries = parse_log_columns(log.filter(F.col("table") == log_table(schema)), json_columns)
+    stamp = "'hlc', hlc, 'k', _k, 'client_id', client_id"
+    aggs = [
+        f"max(cursor) AS {q(CURSOR_COL)}",
+        f"max(CASE WHEN op = '{DELETE}' THEN named_struct({stamp}) END) AS _del",
+    ]
     for i, (name, _) in enumerate(cols):
-        winner = F.struct(
-            F.col("hlc"),
-            key.alias("k"),
-            F.col("cursor"),
-            F.col("client_id"),
-            F.col("_m").getItem(name).alias("raw"),
+        key = _sql_string(name)
+        aggs.append(
+            f"max(CASE WHEN op <> '{DELETE}' AND map_contains_key(_m, {key}) "
+            "THEN named_struct('hlc', hlc, 'k', _k, 'cursor', cursor, 'client_id', client_id, "
+            f"'raw', _m[{key}]) END) AS _w{i}"
         )
-        writes = ~is_delete & F.map_contains_key(F.col("_m"), name)
-        aggs.append(F.max(F.when(writes, winner)).alias(f"_w{i}"))
-    folded = entries.groupBy("row_id").agg(*aggs)
     projected = [
-        F.col("row_id"),
-        F.col(CURSOR_COL),
-        F.col("_del.hlc").alias(DELETE_HLC_COL),
-        F.col("_del.client_id").alias(DELETE_CLIENT_COL),
+        "row_id",
+        q(CURSOR_COL),
+        f"_del.hlc AS {q(DELETE_HLC_COL)}",
+        f"_del.client_id AS {q(DELETE_CLIENT_COL)}",
     ]
     for i, (name, typ) in enumerate(cols):
         projected += [
-            _typed_value(F.col(f"_w{i}.raw"), typ).alias(name),
-            F.col(f"_w{i}.hlc").alias(hlc_col(name)),
-            F.col(f"_w{i}.client_id").alias(client_col(name)),
+            f"{_typed_value(f'_w{i}.raw', typ)} AS {q(name)}",
+            f"_w{i}.hlc AS {q(hlc_col(name))}",
+            f"_w{i}.client_id AS {q(client_col(name))}",
         ]
-    return _finish(folded.select(*projected), schema)
+    # Struct fields compare in order: hlc, then the client key, then the cursor (the later log
+    # entry wins an exact tie, see the module docstring).
+    keyed = entries.selectExpr(
+        "row_id", "cursor", "op", "client_id", "hlc", "_m", f"{_key('client_id')} AS _k"
+    )
+    folded = keyed.groupBy("row_id").agg(*[F.expr(a) for a in aggs]).selectExpr(*projected)
+    return _finish(folded, schema)
 
 
 def merge_states(current: DataFrame, incoming: DataFrame, schema: TableSchema) -> DataFrame:
@@ -211,38 +208,30 @@ def merge_states(current: DataFrame, incoming: DataFrame, schema: TableSchema) -
     Both frames have the state-table layout; equal stamps resolve to ``incoming`` (it holds the
     later log entries). Returns one merged state row per ``row_id`` of ``incoming``.
     """
-    from pyspark.sql import functions as F
 
-    cur = current.select(*[F.col(q(n)).alias(f"c_{n}") for n, _ in state_columns(schema)])
-    inc = incoming.select(*[F.col(q(n)).alias(f"i_{n}") for n, _ in state_columns(schema)])
-    joined = inc.join(cur, F.col("i_row_id") == F.col("c_row_id"), "left")
+    def i(n: str) -> str:
+        return f"i.{q(n)}"
 
-    def i(n: str) -> Column:
-        return F.col(q(f"i_{n}"))
+    def c(n: str) -> str:
+        return f"c.{q(n)}"
 
-    def c(n: str) -> Column:
-        return F.col(q(f"c_{n}"))
-
-    del_wins = _newer(
-        i(DELETE_HLC_COL), i(DELETE_CLIENT_COL), c(DELETE_HLC_COL), c(DELETE_CLIENT_COL), ties=True
-    )
+    dh, dc = DELETE_HLC_COL, DELETE_CLIENT_COL
+    del_wins = _newer(i(dh), i(dc), c(dh), c(dc), ties=True)
     out = [
-        i("row_id").alias("row_id"),
-        F.greatest(i(CURSOR_COL), c(CURSOR_COL)).alias(CURSOR_COL),
-        F.when(del_wins, i(DELETE_HLC_COL)).otherwise(c(DELETE_HLC_COL)).alias(DELETE_HLC_COL),
-        F.when(del_wins, i(DELETE_CLIENT_COL))
-        .otherwise(c(DELETE_CLIENT_COL))
-        .alias(DELETE_CLIENT_COL),
+        "i.row_id AS row_id",
+        f"greatest({i(CURSOR_COL)}, {c(CURSOR_COL)}) AS {q(CURSOR_COL)}",
+        f"CASE WHEN {del_wins} THEN {i(dh)} ELSE {c(dh)} END AS {q(dh)}",
+        f"CASE WHEN {del_wins} THEN {i(dc)} ELSE {c(dc)} END AS {q(dc)}",
     ]
     for name, _ in synced_columns(schema):
         h, cl = hlc_col(name), client_col(name)
         wins = _newer(i(h), i(cl), c(h), c(cl), ties=True)
-        out += [
-            F.when(wins, i(name)).otherwise(c(name)).alias(name),
-            F.when(wins, i(h)).otherwise(c(h)).alias(h),
-            F.when(wins, i(cl)).otherwise(c(cl)).alias(cl),
-        ]
-    return _finish(joined.select(*out), schema)
+        for n in (name, h, cl):
+            out.append(f"CASE WHEN {wins} THEN {i(n)} ELSE {c(n)} END AS {q(n)}")
+    from pyspark.sql import functions as F
+
+    joined = incoming.alias("i").join(current.alias("c"), F.expr("i.row_id = c.row_id"), "left")
+    return _finish(joined.selectExpr(*out), schema)
 
 
 def state_watermark(spark: SparkSession, table_name: str) -> int:
@@ -263,6 +252,7 @@ def update_state(
     Idempotent: re-merging entries changes nothing (the merge is a join), and the watermark is
     part of the state rows themselves (``max(_ls$cursor)``), so it commits atomically with them.
     """
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from .flush import lake_watermark
@@ -270,7 +260,10 @@ def update_state(
     started = clock()
     target = ensure_state_table(spark, gw, schema)
     log_name = ensure_deltas_table(spark, gw)
-    mark = state_watermark(spark, target)
+    before = current_snapshot(spark, target)
+    # State rows are never removed (a delete marks them dead), so no records means no state.
+    empty = before is None or before.int_prop("total-records") == 0
+    mark = 0 if empty else state_watermark(spark, target)
     upper = lake_watermark(spark, gw).cursor  # pins the batch: (mark, upper]
     if upper <= mark:
         return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
@@ -280,15 +273,22 @@ def update_state(
         & (F.col("cursor") <= F.lit(upper))
     )
     incoming = fold_log(batch, schema)
-    before = current_snapshot(spark, target)
-    if mark == 0 and (before is None or before.int_prop("total-records") == 0):
-        # First load: the folded batch *is* the state — one append, no join, no cache. (Runs
-        # of one gateway are serialised, see assets/; a concurrent first load is not expected.)
-        incoming.writeTo(target).append()
-        after = current_snapshot(spark, target)
-        rows = 0 if after is None else after.int_prop("added-records")
-        top = state_watermark(spark, target) if rows else mark
-        return StateResult(gw, schema.table, mark + 1, top, rows, -1, clock() - started)
+    if empty:
+        # First load: the folded batch *is* the state — one append, no join, no cache; its
+        # figures are observed while it is written. (Runs of one gateway are serialised, see
+        # assets/; a concurrent first load is not expected.)
+        observed = Observation(f"lakesync_state_{uuid.uuid4().hex}")
+        incoming.observe(
+            observed,
+            F.count(F.lit(1)).alias("rows"),
+            F.count_if(F.col(q(LIVE_COL))).alias("live"),
+            F.max(q(CURSOR_COL)).alias("top"),
+        ).writeTo(target).append()
+        first = observed.get
+        rows = int(first["rows"])
+        top = int(first["top"]) if rows else mark
+        live = int(first["live"])
+        return StateResult(gw, schema.table, mark + 1, top, rows, live, clock() - started)
     merged = merge_states(spark.table(target), incoming, schema).cache()
     try:
         stats = merged.agg(

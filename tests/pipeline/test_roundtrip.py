@@ -124,7 +124,8 @@ def test_schema_evolution_adds_columns_everywhere(
         _run(spark, wal, wal_url, gw, todos, adapter)
         body = table_schema_to_json(todos)
         body["columns"] = [*body["columns"], {"name": "due", "type": "string"}]
-        evolved = wal.save_schema(gw, parse_table_schema(body))
+        # Through the service, as the admin route does (it refreshes the service's config).
+        evolved = pusher.service.save_schema(gw, parse_table_schema(body))
         pusher.write("a", "r1", due="tomorrow")
         _run(spark, wal, wal_url, gw, evolved, adapter)
         (row,) = adapter.read_rows("todos")

@@ -61,6 +61,9 @@ def test_lww_ties_deletes_and_resurrection(
     assert state["r2"]["title"] is None and state["r2"]["done"] is False
     assert state["r3"]["meta"] == '"5"' and state["r4"]["meta"] == "5"
     assert state["r5"]["title"] == "fullwidth"
+    # The first load's figures are observed while writing: they match the table.
+    assert result.live_changed == sum(1 for r in state.values() if r["_ls$live"])
+    assert result.to_cursor == max(r["_ls$cursor"] for r in state.values())
 
 
 def test_random_history_in_batches_equals_wal(
