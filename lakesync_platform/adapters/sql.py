@@ -256,6 +256,11 @@ class SqlAdapter:
             cursor.close()
         return len(rows)
 
+    def is_empty(self, conn: Connection, name: str) -> bool:
+        """Whether the destination table holds no row."""
+        d = self.dialect
+        return conn.exec_driver_sql(f"SELECT 1 FROM {d.q(name)} LIMIT 1").first() is None
+
     def upsert_arrow(
         self,
         conn: Connection,
@@ -263,18 +268,42 @@ class SqlAdapter:
         rows: pa.Table,
         synced_at: datetime,
         name: str | None = None,
+        *,
+        empty_target: bool = False,
     ) -> int:
         """Upsert an Arrow table whose columns are ``row_id`` then the schema's columns.
 
-        Postgres streams it to ``COPY`` as CSV written by Arrow (no per-row Python); the other
-        dialects go through :meth:`upsert_rows`.
+        Postgres streams it to ``COPY`` as CSV written by Arrow (no per-row Python): into a
+        stage and from there ``INSERT … ON CONFLICT``, or — when the caller saw the table empty
+        in this transaction (``empty_target``, a first load) and rows cannot collide on an
+        external id — straight into the table. The other dialects go through
+        :meth:`upsert_rows`.
         """
         if rows.num_rows == 0:
             return 0
         if self.dialect.name != "postgresql":
             columns = [rows.column(i).to_pylist() for i in range(rows.num_columns)]
             return self.upsert_rows(conn, schema, list(zip(*columns, strict=True)), synced_at, name)
+        if empty_target and not schema.external_id_column:
+            return self._pg_copy(conn, name or schema.table, rows, synced_at)
         return self._pg_upsert(conn, schema, name or schema.table, rows, synced_at)
+
+    def _pg_copy(self, conn: Connection, name: str, rows: pa.Table, synced_at: datetime) -> int:
+        """``COPY`` rows (plus ``synced_at``) straight into the table, as CSV written by Arrow."""
+        import pyarrow as pa
+
+        d = self.dialect
+        # As ISO 8601 text: Arrow's CSV writer formats timestamps an order of magnitude slower.
+        stamp = pa.repeat(pa.scalar(synced_at.isoformat(), pa.string()), rows.num_rows)
+        stamped = rows.append_column("synced_at", stamp)
+        col_list = ", ".join(d.q(c) for c in stamped.column_names)
+        raw = conn.connection.driver_connection
+        with (
+            raw.cursor() as cur,  # type: ignore[union-attr]
+            cur.copy(f"COPY {d.q(name)} ({col_list}) FROM STDIN WITH (FORMAT csv)") as copy,
+        ):
+            copy.write(_arrow_csv(stamped))
+        return int(rows.num_rows)
 
     def _pg_upsert(
         self,
@@ -301,14 +330,8 @@ class SqlAdapter:
                     for row in rows:
                         copy.write_row(row)
             else:
-                import pyarrow.csv as pacsv
-
-                buffer = io.BytesIO()
-                pacsv.write_csv(
-                    rows, buffer, pacsv.WriteOptions(include_header=False, quoting_style="needed")
-                )
                 with cur.copy(f"COPY {stage} ({col_list}) FROM STDIN WITH (FORMAT csv)") as copy:
-                    copy.write(buffer.getvalue())
+                    copy.write(_arrow_csv(rows))
         target = [c.name for c in schema.columns if c.name == schema.external_id_column] or list(
             schema.primary_key
         )
@@ -340,6 +363,17 @@ class SqlAdapter:
         name = name or schema.table
         done = 0
         ts: Any = synced_at if d.name != "sqlite" else synced_at.strftime("%Y-%m-%d %H:%M:%S.%f")
+        if d.name == "postgresql" and row_ids:
+            # One statement, the ids as one array parameter.
+            where = f"{d.q('row_id')} = ANY(:ids)"
+            if schema.soft_delete:
+                sql = (
+                    f"UPDATE {d.q(name)} SET {d.q('deleted_at')} = :ts, {d.q('synced_at')} = :ts "
+                    f"WHERE {where} AND {d.q('deleted_at')} IS NULL"
+                )
+            else:
+                sql = f"DELETE FROM {d.q(name)} WHERE {where}"
+            return int(conn.execute(text(sql), {"ids": list(row_ids), "ts": ts}).rowcount or 0)
         for start in range(0, len(row_ids), _CHUNK):
             chunk = list(row_ids[start : start + _CHUNK])
             marks = ", ".join(f":r{i}" for i in range(len(chunk)))
@@ -468,6 +502,15 @@ class SqlAdapter:
         for rid, state in states.items():
             out[rid] = state.values() if state.live else None
         return out
+
+
+def _arrow_csv(rows: pa.Table) -> bytes:
+    """Rows as headerless CSV for Postgres ``COPY``: null is empty, "" is quoted."""
+    import pyarrow.csv as pacsv
+
+    buffer = io.BytesIO()
+    pacsv.write_csv(rows, buffer, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
+    return buffer.getvalue()
 
 
 def _columns(conn: Connection, table: str) -> set[str] | None:

@@ -96,12 +96,17 @@ def materialise_table(
     upserted = deleted = 0
     synced_at = now()
     with adapter.transaction() as conn:
+        # A first load into an empty table: rows are inserted as they are, dead ones skipped.
+        empty = mark == 0 and adapter.is_empty(conn, dest)
         for offset in range(0, changed.num_rows, _BATCH):
             batch = changed.slice(offset, _BATCH)
             live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
-            dead = batch.filter(pc.invert(batch.column("live"))).column("row_id").to_pylist()
-            upserted += adapter.upsert_arrow(conn, schema, live, synced_at, dest)
-            deleted += adapter.delete_rows(conn, schema, dead, synced_at, dest)
+            upserted += adapter.upsert_arrow(
+                conn, schema, live, synced_at, dest, empty_target=empty
+            )
+            if not empty:
+                dead = batch.filter(pc.invert(batch.column("live"))).column("row_id").to_pylist()
+                deleted += adapter.delete_rows(conn, schema, dead, synced_at, dest)
         adapter.set_watermark(conn, key, top)
     return MaterialiseResult(
         gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started

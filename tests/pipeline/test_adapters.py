@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from lakesync_platform.adapters.sql import SqlAdapter
@@ -63,5 +64,60 @@ def test_destination_ddl_evolves_additively_and_upserts(dest_url: str) -> None:
         assert set(rows) == {"r1"}
         assert (rows["r1"]["name"], rows["r1"]["n"]) == ("uno", 1.5)
         assert "props" in rows["r1"] and "deleted_at" not in rows["r1"]
+    finally:
+        adapter.close()
+
+
+def test_arrow_first_load_then_upserts_and_soft_deletes(dest_url: str) -> None:
+    """A first load into an empty table (Postgres: COPY straight in), then upserts and
+    soft deletes over it: nulls, empty strings, JSON, booleans and numbers survive both paths."""
+    import pyarrow as pa
+
+    schema = parse_table_schema(
+        {
+            "table": "notes",
+            "columns": [
+                {"name": "title", "type": "string"},
+                {"name": "done", "type": "boolean"},
+                {"name": "n", "type": "number"},
+                {"name": "meta", "type": "json"},
+            ],
+        }
+    )
+
+    def arrow(rows: list[tuple[object, ...]]) -> pa.Table:
+        names = ["row_id", "title", "done", "n", "meta"]
+        return pa.table({name: [r[i] for r in rows] for i, name in enumerate(names)})
+
+    adapter = SqlAdapter.connect(dest_url)
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    later = datetime(2026, 1, 2, tzinfo=UTC)
+    try:
+        adapter.ensure_table(schema)
+        with adapter.transaction() as conn:
+            assert adapter.is_empty(conn, "notes")
+            loaded = [
+                ("r1", "a, \"quoted\"\nline", True, 1.5, '{"k": [1, "x"]}'),
+                ("r2", "", False, None, None),
+                ("r3", None, None, -2.0, '"s"'),
+                ("r4", "", None, 0.0, None),
+            ]
+            assert adapter.upsert_arrow(conn, schema, arrow(loaded), first, empty_target=True) == 4
+            assert not adapter.is_empty(conn, "notes")
+        with adapter.transaction() as conn:
+            adapter.upsert_arrow(conn, schema, arrow([("r2", "two", True, 2.0, "[]")]), later)
+            assert adapter.delete_rows(conn, schema, ["r3", "missing"], later) == 1
+            assert adapter.delete_rows(conn, schema, ["r3"], later) == 0  # already deleted
+        rows = {r["row_id"]: r for r in adapter.read_rows("notes")}
+        assert set(rows) == {"r1", "r2", "r3", "r4"}
+        assert rows["r4"]["title"] == "" and rows["r4"]["n"] == 0.0 and rows["r4"]["meta"] is None
+        assert rows["r1"]["title"] == 'a, "quoted"\nline' and bool(rows["r1"]["done"]) is True
+        assert rows["r1"]["n"] == 1.5 and rows["r1"]["deleted_at"] is None
+        meta = rows["r1"]["meta"]
+        assert (json.loads(meta) if isinstance(meta, str) else meta) == {"k": [1, "x"]}
+        assert rows["r2"]["title"] == "two" and rows["r2"]["n"] == 2.0
+        assert rows["r3"]["title"] is None and rows["r3"]["deleted_at"] is not None
+        assert str(rows["r1"]["synced_at"]).startswith("2026-01-01")
+        assert str(rows["r2"]["synced_at"]).startswith("2026-01-02")
     finally:
         adapter.close()
