@@ -97,7 +97,7 @@ def test_arrow_first_load_then_upserts_and_soft_deletes(dest_url: str) -> None:
         with adapter.transaction() as conn:
             assert adapter.is_empty(conn, "notes")
             loaded = [
-                ("r1", "a, \"quoted\"\nline", True, 1.5, '{"k": [1, "x"]}'),
+                ("r1", 'a, "quoted"\nline', True, 1.5, '{"k": [1, "x"]}'),
                 ("r2", "", False, None, None),
                 ("r3", None, None, -2.0, '"s"'),
                 ("r4", "", None, 0.0, None),
