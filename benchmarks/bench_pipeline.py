@@ -1,16 +1,25 @@
 """Pipeline throughput: flush + state (deltas/s) and materialise into Postgres (rows/s).
 
-For N WAL entries (default 100k and 1M) on one gateway:
+For N WAL entries (default 100k and 1M) over N/10 rows on one gateway, each round measures:
 
 * **flush + state** — ``flush_gateway`` (WAL → Iceberg ``lakesync_deltas``) then
-  ``update_state`` (``MERGE INTO`` the per-column LWW state table), timed together, beside a
-  **plain** Spark job over the same rows: the same JDBC read of the WAL written to Parquet.
-  Ratio = ours / plain.
-* **materialise** — the state rows into a fresh Postgres table (``materialise_table``: read state,
-  COPY into a stage, ``INSERT … ON CONFLICT``), beside a **plain** ``COPY`` of the same rows
-  into an equivalent empty table. Ratio = ours / plain.
+  ``update_state`` (per-column LWW fold into the state table; a first load), timed together,
+  beside a **plain** Spark job over the same rows: the same JDBC read of the WAL written to
+  Parquet. Ratio = ours / plain.
+* **materialise** — the state rows into a fresh Postgres table (``materialise_table``: one Spark
+  read of the changed rows, then COPY; a first load), beside a **plain** ``COPY`` of the same live
+  rows, already in memory, into an equivalent empty table. Ratio = ours / plain.
+* **incremental** (no target, for the record) — N/10 more entries over the same rows, then flush,
+  state (``MERGE INTO``) and materialise (COPY into a stage, ``INSERT … ON CONFLICT``, soft
+  deletes) again.
 
-Usage: ``python benchmarks/bench_pipeline.py [--sizes 100000,1000000] [--pg-url URL]``.
+Protocol: the JVM is warmed up first with one full round at 100k (JIT-compiled code paths; its
+figures are kept in the JSON as ``cold_round`` — a fresh JVM is markedly slower), then each size
+runs ``--repeat`` rounds (default 3) and the round with the median flush+state ratio is reported;
+all rounds are in the JSON. Each timed section also records the CPU other processes used meanwhile
+(``other_cpu_s``, from /proc/stat: the machine has 2 cores; Postgres counts as other).
+
+Usage: ``python benchmarks/bench_pipeline.py [--sizes 100000,1000000] [--repeat 3] [--pg-url URL]``.
 Prints a table and writes ``benchmarks/results/pipeline.json``.
 """
 
@@ -18,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import shutil
@@ -26,6 +36,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -64,16 +76,18 @@ _INSERT = (
 )
 
 
-def fill_wal(path: Path, gw: str, n: int, rows: int, seed: int = 7) -> str:
-    """Create a WAL with ``n`` entries over ``rows`` row ids (10% deletes); return its URL."""
+def fill_wal(path: Path, gw: str, n: int, rows: int, seed: int = 7, start: int = 0) -> str:
+    """Write ``n`` WAL entries over ``rows`` row ids (10% deletes) after cursor ``start``
+    (creating the WAL when ``start`` is 0); return its URL."""
     url = "sqlite:///" + str(path)
-    WriteAheadLog.open(url).close()  # create + migrate
-    rnd = random.Random(seed)
+    if start == 0:
+        WriteAheadLog.open(url).close()  # create + migrate
+    rnd = random.Random(seed + start)
     base = 1_760_000_000_000
     conn = sqlite3.connect(path)
     batch: list[tuple[Any, ...]] = []
     with conn:
-        for cursor in range(1, n + 1):
+        for cursor in range(start + 1, start + n + 1):
             row = f"row-{rnd.randrange(rows)}"
             client = f"client-{rnd.randrange(8)}"
             hlc = encode(base + cursor // 4, cursor % 4)
@@ -109,73 +123,113 @@ def fill_wal(path: Path, gw: str, n: int, rows: int, seed: int = 7) -> str:
                 batch.clear()
         if batch:
             conn.executemany(_INSERT, batch)
-        conn.execute(
-            "INSERT INTO wal_gateways (gateway_id, last_cursor, appended_bytes, flush_watermark, "
-            "flushed_bytes, created_ms) VALUES (?, ?, ?, 0, 0, 0)",
-            (gw, n, n * 100),
-        )
+        if start == 0:
+            conn.execute(
+                "INSERT INTO wal_gateways (gateway_id, last_cursor, appended_bytes, "
+                "flush_watermark, flushed_bytes, created_ms) VALUES (?, ?, ?, 0, 0, 0)",
+                (gw, n, n * 100),
+            )
+        else:
+            conn.execute(
+                "UPDATE wal_gateways SET last_cursor = ?, appended_bytes = appended_bytes + ? "
+                "WHERE gateway_id = ?",
+                (start + n, n * 100, gw),
+            )
     conn.close()
     return url
 
 
-def bench_size(spark: Any, work: Path, n: int, pg_url: str) -> dict[str, Any]:
-    """One size: flush + state vs plain Parquet; materialise vs COPY."""
+class Meter:
+    """Wall time of a section and the CPU other processes used meanwhile (/proc/stat)."""
+
+    def __init__(self, spark: Any) -> None:
+        self.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def _host_busy(self) -> float:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]
+        return (sum(fields[:8]) - idle) / self.tick
+
+    def _own(self) -> float:
+        with open(f"/proc/{self.jvm_pid}/stat") as f:
+            jvm = f.read().rsplit(")", 1)[1].split()
+        me = os.times()
+        return (int(jvm[11]) + int(jvm[12])) / self.tick + me.user + me.system
+
+    @contextmanager
+    def section(self, into: dict[str, Any], name: str) -> Iterator[None]:
+        """Time the block into ``into[name + '_s']`` and ``into[name + '_other_cpu_s']``."""
+        host, own, t = self._host_busy(), self._own(), time.perf_counter()
+        yield
+        into[f"{name}_s"] = round(time.perf_counter() - t, 3)
+        other = (self._host_busy() - host) - (self._own() - own)
+        into[f"{name}_other_cpu_s"] = round(max(other, 0.0), 2)
+
+
+def bench_round(spark: Any, meter: Meter, work: Path, n: int, pg_url: str) -> dict[str, Any]:
+    """One round at size ``n``: flush + state vs plain Parquet; materialise vs COPY; then an
+    incremental batch of ``n / 10`` entries."""
     gw = f"bench_{n}_{uuid.uuid4().hex[:6]}"
     rows = max(1000, n // 10)
-    t = time.perf_counter()
-    url = fill_wal(work / f"wal_{n}.db", gw, n, rows)
-    fill_s = time.perf_counter() - t
+    path = work / f"wal_{gw}.db"
+    r: dict[str, Any] = {"entries": n}
+    with meter.section(r, "fill_wal"):
+        url = fill_wal(path, gw, n, rows)
     wal = WriteAheadLog.open(url)
     source = jdbc_source(url)
-    try:
-        t = time.perf_counter()
-        plain_out = work / f"plain_{n}.parquet"
-        read_wal_entries(spark, source, gw, 0, n).write.mode("overwrite").parquet(str(plain_out))
-        plain_s = time.perf_counter() - t
-
-        t = time.perf_counter()
-        flushed = flush_gateway(spark, wal, source, gw)
-        flush_s = time.perf_counter() - t
-        t = time.perf_counter()
-        merged = update_state(spark, gw, SCHEMA)
-        state_s = time.perf_counter() - t
-        assert flushed.entries == n, flushed
-    finally:
-        wal.close()
-
     adapter = SqlAdapter.connect(pg_url)
     try:
+        plain_out = work / f"plain_{gw}.parquet"
+        with meter.section(r, "plain_parquet"):
+            read_wal_entries(spark, source, gw, 0, n).write.parquet(str(plain_out))
+        with meter.section(r, "flush"):
+            flushed = flush_gateway(spark, wal, source, gw)
+        with meter.section(r, "state"):
+            merged = update_state(spark, gw, SCHEMA)
+        assert flushed.entries == n, flushed
+        ours = r["flush_s"] + r["state_s"]
+        r["rows"] = merged.rows_changed
+        r["flush_state_s"] = round(ours, 3)
+        r["flush_state_deltas_per_s"] = round(n / ours)
+        r["flush_state_ratio"] = round(ours / r["plain_parquet_s"], 2)
+
         adapter.drop_table("todos")
         adapter.drop_table("lakesync_materialise_watermarks")
-        t = time.perf_counter()
-        result = materialise_table(spark, gw, SCHEMA, adapter)
-        mat_s = time.perf_counter() - t
-        written = result.upserted + result.deleted
-        copy_s, copied = plain_copy(spark, gw, pg_url)
+        with meter.section(r, "materialise"):
+            result = materialise_table(spark, gw, SCHEMA, adapter)
+        r["materialise_rows"] = result.upserted + result.deleted
+        copied = plain_copy(spark, gw, pg_url, meter, r)
+        assert copied == result.upserted, (copied, result)
+        r["materialise_rows_per_s"] = round(r["materialise_rows"] / r["materialise_s"])
+        r["materialise_ratio"] = round(r["materialise_s"] / r["plain_copy_s"], 2)
+
+        more = n // 10
+        fill_wal(path, gw, more, rows, start=n)
+        inc: dict[str, Any] = {"entries": more}
+        with meter.section(inc, "flush"):
+            flush_gateway(spark, wal, source, gw)
+        with meter.section(inc, "state"):
+            changed = update_state(spark, gw, SCHEMA)
+        with meter.section(inc, "materialise"):
+            again = materialise_table(spark, gw, SCHEMA, adapter)
+        inc["rows_changed"] = changed.rows_changed
+        inc["flush_state_deltas_per_s"] = round(more / (inc["flush_s"] + inc["state_s"]))
+        inc["materialise_rows"] = again.upserted + again.deleted
+        inc["materialise_rows_per_s"] = round(inc["materialise_rows"] / inc["materialise_s"])
+        r["incremental"] = inc
     finally:
         adapter.close()
-    ours = flush_s + state_s
-    return {
-        "entries": n,
-        "rows": merged.rows_changed,
-        "fill_wal_s": round(fill_s, 2),
-        "flush_s": round(flush_s, 2),
-        "state_s": round(state_s, 2),
-        "flush_state_s": round(ours, 2),
-        "flush_state_deltas_per_s": round(n / ours),
-        "plain_parquet_s": round(plain_s, 2),
-        "flush_state_ratio": round(ours / plain_s, 2),
-        "materialise_rows": written,
-        "materialise_s": round(mat_s, 2),
-        "materialise_rows_per_s": round(written / mat_s),
-        "plain_copy_rows": copied,
-        "plain_copy_s": round(copy_s, 2),
-        "materialise_ratio": round(mat_s / copy_s, 2),
-    }
+        wal.close()
+        shutil.rmtree(plain_out, ignore_errors=True)
+        path.unlink(missing_ok=True)
+    return r
 
 
-def plain_copy(spark: Any, gw: str, pg_url: str) -> tuple[float, int]:
-    """COPY the same live state rows into an empty Postgres table; return (seconds, rows)."""
+def plain_copy(spark: Any, gw: str, pg_url: str, meter: Meter, into: dict[str, Any]) -> int:
+    """COPY the same live state rows (already in memory) into an empty Postgres table, timed
+    into ``into['plain_copy_s']``; return the row count."""
     cols = ["row_id", "title", "completed", "priority", "tags"]
     data = [
         tuple(r)
@@ -190,8 +244,7 @@ def plain_copy(spark: Any, gw: str, pg_url: str) -> tuple[float, int]:
                 "priority DOUBLE PRECISION, tags JSONB, props JSONB NOT NULL DEFAULT '{}', "
                 "synced_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             )
-        t = time.perf_counter()
-        with engine.begin() as conn:
+        with meter.section(into, "plain_copy"), engine.begin() as conn:
             raw = conn.connection.driver_connection
             with (
                 raw.cursor() as cur,
@@ -201,18 +254,19 @@ def plain_copy(spark: Any, gw: str, pg_url: str) -> tuple[float, int]:
             ):
                 for row in data:
                     copy.write_row(row)
-        seconds = time.perf_counter() - t
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP TABLE plain_copy")
     finally:
         engine.dispose()
-    return seconds, len(data)
+    return len(data)
 
 
 def main() -> None:
     """Run the benchmark and write ``benchmarks/results/pipeline.json``."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per size (median reported)")
+    parser.add_argument("--warmup", type=int, default=100_000, help="entries of the warm-up round")
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pipeline.json"))
     args = parser.parse_args()
@@ -223,16 +277,32 @@ def main() -> None:
         conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
     pg_url = args.pg_url.rsplit("/", 1)[0] + "/" + db
     work = Path(tempfile.mkdtemp(prefix="lakesync-bench-"))
-    results: list[dict[str, Any]] = []
+    report: dict[str, Any] = {
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "loadavg_at_start": os.getloadavg(),
+        },
+        "protocol": {"repeat": args.repeat, "warmup_entries": args.warmup},
+        "results": [],
+    }
     try:
         spark = create_spark_session(
             SparkSettings(data_dir=work / "lake", driver_memory="6g", shuffle_partitions=8)
         )
-        bench_size(spark, work, 20_000, pg_url)  # warm-up (JIT, catalog), not reported
+        meter = Meter(spark)
+        cold = bench_round(spark, meter, work, args.warmup, pg_url)
+        report["cold_round"] = cold
+        print("cold (first round in a fresh JVM, not reported):", json.dumps(cold), flush=True)
         for n in sizes:
-            result = bench_size(spark, work, n, pg_url)
-            results.append(result)
-            print(json.dumps(result), flush=True)
+            rounds = []
+            for _ in range(args.repeat):
+                rounds.append(bench_round(spark, meter, work, n, pg_url))
+                print(json.dumps(rounds[-1]), flush=True)
+            ranked = sorted(rounds, key=lambda r: r["flush_state_ratio"])
+            median = dict(ranked[len(ranked) // 2])
+            median["all_rounds"] = rounds
+            report["results"].append(median)
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -241,22 +311,32 @@ def main() -> None:
         admin.dispose()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    report = {
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
-        "results": results,
-    }
     out.write_text(json.dumps(report, indent=2) + "\n")
     print(
         f"{'entries':>9} {'flush+state s':>14} {'deltas/s':>9} {'plain s':>8} {'ratio':>6} "
-        f"{'mat rows':>9} {'mat s':>6} {'rows/s':>8} {'COPY s':>7} {'ratio':>6}"
+        f"{'mat rows':>9} {'mat s':>6} {'rows/s':>8} {'COPY s':>7} {'ratio':>6} "
+        f"{'incr deltas/s':>13} {'incr mat rows/s':>15}"
     )
-    for r in results:
+    for r in report["results"]:
+        inc = r["incremental"]
         print(
             f"{r['entries']:>9} {r['flush_state_s']:>14} {r['flush_state_deltas_per_s']:>9} "
             f"{r['plain_parquet_s']:>8} {r['flush_state_ratio']:>6} {r['materialise_rows']:>9} "
             f"{r['materialise_s']:>6} {r['materialise_rows_per_s']:>8} {r['plain_copy_s']:>7} "
-            f"{r['materialise_ratio']:>6}"
+            f"{r['materialise_ratio']:>6} {inc['flush_state_deltas_per_s']:>13} "
+            f"{inc['materialise_rows_per_s']:>15}"
         )
+    ratios = [
+        (
+            r["entries"],
+            r["flush_state_ratio"],
+            min(x["flush_state_ratio"] for x in r["all_rounds"]),
+            max(x["flush_state_ratio"] for x in r["all_rounds"]),
+        )
+        for r in report["results"]
+    ]
+    for n, med, lo, hi in ratios:
+        print(f"flush+state ratio at {n}: median {med} (rounds {lo}..{hi})")
 
 
 if __name__ == "__main__":
