@@ -59,6 +59,7 @@ __all__ = [
     "update_state",
 ]
 
+_SPLIT = str(8 << 20)
 _STRING_MARK = "\u0001"
 # msgspec writes each effective column as {"column":"<ident>","value":<json>} (compact, in that
 # key order). Spark's JSON parser hands string values back unquoted, so for json-typed columns a
@@ -267,7 +268,9 @@ def update_state(
     upper = lake_watermark(spark, gw).cursor  # pins the batch: (mark, upper]
     if upper <= mark:
         return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
-    batch = spark.table(log_name).filter(
+    # One task per log file (a flush writes one per core), not small files packed into one.
+    log_files = spark.read.options(**{"split-size": _SPLIT, "file-open-cost": _SPLIT})
+    batch = log_files.table(log_name).filter(
         (F.col("table") == log_table(schema))
         & (F.col("cursor") > F.lit(mark))
         & (F.col("cursor") <= F.lit(upper))

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["JdbcSource", "jdbc_source", "read_wal_entries"]
 
 _ROWS_PER_PARTITION = 250_000
+_MIN_ROWS_PER_PARTITION = 25_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,11 @@ def read_wal_entries(
     )
     reader = spark.read.format("jdbc").options(**source.options())
     span = max(up_to - after, 1)
-    partitions = max(1, min(16, span // _ROWS_PER_PARTITION + 1))
+    # Enough partitions to keep every core busy (also in the jobs that read the files this
+    # read becomes), none smaller than _MIN_ROWS_PER_PARTITION, none above _ROWS_PER_PARTITION.
+    by_size = span // _ROWS_PER_PARTITION + 1
+    by_cores = min(spark.sparkContext.defaultParallelism, span // _MIN_ROWS_PER_PARTITION)
+    partitions = max(1, min(16, max(by_size, by_cores)))
     reader = reader.option("dbtable", f"({query}) wal_range").option("fetchsize", "20000")
     if partitions > 1:
         reader = (
