@@ -100,11 +100,13 @@ class _GatewayConfig:
     has_filters: bool = field(init=False)
     column_sets: dict[str, set[str]] = field(init=False)
     _types: dict[str, dict[str, str]] = field(init=False)
+    _delivered: dict[tuple[str, int], tuple[tuple[str, ...], frozenset[str]]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.has_filters = self.rules is not None and any(b.filters for b in self.rules.buckets)
         self.column_sets = {tbl: set(cols) for tbl, cols in self.columns.items()}
         self._types = {}
+        self._delivered = {}
 
     def add_column(self, table: str, name: str) -> None:
         """Record a column first accepted by a push (``columns`` keeps first-seen order)."""
@@ -118,6 +120,15 @@ class _GatewayConfig:
         if types is None:
             types = self._types[table] = {c.name: c.type for c in self.schemas[table].columns}
         return types
+
+    def delivered_columns(self, table: str) -> tuple[tuple[str, ...], frozenset[str]]:
+        """:meth:`full_columns` as a tuple and a set, cached until the config reloads."""
+        key = (table, len(self.columns.get(table, ())))
+        cached = self._delivered.get(key)
+        if cached is None:
+            names = tuple(self.full_columns(table))
+            cached = self._delivered[key] = (names, frozenset(names))
+        return cached
 
     def full_columns(self, table: str) -> list[str]:
         """Every column a delivered row of ``table`` carries (``null`` where the row has none)."""
@@ -468,6 +479,8 @@ class SyncService:
         # Unfiltered views need exactly the rows of one page (plus one to see if more exist);
         # filtered views read ahead, since many rows may be invisible.
         chunk_size = (limit // per_row + 1) if not cfg.has_filters else _SCAN_CHUNK
+        unfiltered: dict[str, bool] = {}  # per table: every row visible
+        hidden: set[str] = set()  # tables no bucket of the view can show
         with self.wal.read() as conn:
             after = start
             while True:
@@ -481,12 +494,20 @@ class SyncService:
                 ]
                 records = self.wal.client_records(conn, gw, client_id, tracked) if tracked else {}
                 for row in chunk:
-                    if not view.table_visible(row.table):
+                    table = row.table
+                    if table not in unfiltered:
+                        unfiltered[table] = view.table_unfiltered(table)
+                        if not unfiltered[table] and not view.table_visible(table):
+                            hidden.add(table)
+                    if table in hidden:
                         last_pos = row.position
                         continue
-                    values = row.state.values() if row.state.live else None
-                    visible = values is not None and view.row_visible(row.table, values)
-                    filtered = cfg.has_filters and not view.table_unfiltered(row.table)
+                    live = bool(row.state.columns)
+                    filtered = not unfiltered[table]
+                    if filtered:
+                        visible = live and view.row_visible(table, row.state.values())
+                    else:
+                        visible = live
                     if not visible and filtered:
                         rec = records.get(row.row_key)
                         may_hold = rec is not None and (rec.held or rec.at_cursor > since_pos)
@@ -528,8 +549,8 @@ class SyncService:
                     "deltaId": _delivery_id(b"D", row.row_key, row.position),
                 }
             ]
-        names = cfg.full_columns(row.table)
-        extra = [n for n in state.columns if n not in set(names)] if names else list(state.columns)
+        names, name_set = cfg.delivered_columns(row.table)
+        extra = [n for n in state.columns if n not in name_set]
         if stamped:
             columns = [
                 {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}

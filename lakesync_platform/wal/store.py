@@ -369,16 +369,16 @@ class WriteAheadLog:
 
     def scan_rows(self, conn: Connection, gw: str, after: int, limit: int) -> list[StoredRow]:
         """Rows whose last change is after cursor ``after``, in cursor order."""
-        c = t.rows.c
-        result = conn.execute(
-            select(c.row_key, c.tbl, c.row_id, c.state, c.position)
-            .where(c.gateway_id == gw, c.position > after)
-            .order_by(c.position)
-            .limit(limit)
-        )
+        rows = conn.exec_driver_sql(
+            self._sql(
+                "SELECT row_key, tbl, row_id, state, position FROM wal_rows"
+                " WHERE gateway_id = ? AND position > ? ORDER BY position LIMIT ?"
+            ),
+            (gw, after, limit),
+        ).all()
         return [
             StoredRow(key, tbl, row_id, decode_row_state(state), pos)
-            for key, tbl, row_id, state, pos in result
+            for key, tbl, row_id, state, pos in rows
         ]
 
     def client_records(
