@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..adapters.sql import SqlAdapter
 from ..core.delta import ColumnDelta, RowDelta
@@ -34,7 +34,7 @@ from ..spark.layout import (
     table_exists,
 )
 from ..spark.materialise import MaterialiseResult, materialise_table
-from ..spark.session import SparkSettings, create_spark_session
+from ..spark.session import SparkSettings, create_spark_session, local_pyiceberg_catalog
 from ..spark.state import StateResult, update_state
 from ..spark.wal_source import jdbc_source
 from ..wal.store import WriteAheadLog
@@ -47,11 +47,13 @@ from .declarations import (
 )
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
 __all__ = ["CheckOutcome", "Pipeline", "PipelineSettings"]
 
 log = logging.getLogger(__name__)
+_UNSET = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,7 @@ class Pipeline:
         self._wal = wal
         self._owns_wal = wal is None
         self._declarations: Declarations | None = None
+        self._catalog: object = _UNSET
 
     # ------------------------------------------------------------------ resources
 
@@ -140,6 +143,13 @@ class Pipeline:
         if self._spark is None:
             self._spark = create_spark_session(self.settings.spark_settings)
         return self._spark
+
+    @property
+    def iceberg_catalog(self) -> Catalog | None:
+        """pyiceberg over the lake where the driver reads it directly (materialise), else None."""
+        if self._catalog is _UNSET:
+            self._catalog = local_pyiceberg_catalog(self.settings.spark_settings)
+        return cast("Catalog | None", self._catalog)
 
     @property
     def wal(self) -> WriteAheadLog:
@@ -220,7 +230,11 @@ class Pipeline:
             try:
                 for table, schema in schemas.items():
                     if dest.covers(table) and (tables is None or table in tables):
-                        results.append(materialise_table(self.spark, gw, schema, adapter))
+                        results.append(
+                            materialise_table(
+                                self.spark, gw, schema, adapter, catalog=self.iceberg_catalog
+                            )
+                        )
             finally:
                 adapter.close()
         return results

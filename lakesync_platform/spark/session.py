@@ -20,6 +20,7 @@ from ..core.errors import LakeSyncError
 from .setup import ensure_jars, ensure_java
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "ICEBERG_PACKAGES",
     "SparkSettings",
     "create_spark_session",
+    "local_pyiceberg_catalog",
     "pyiceberg_catalog",
 ]
 
@@ -153,7 +155,18 @@ def create_spark_session(settings: SparkSettings) -> SparkSession:
     return session
 
 
-def pyiceberg_catalog(settings: SparkSettings) -> object:
+def local_pyiceberg_catalog(settings: SparkSettings) -> Catalog | None:
+    """:func:`pyiceberg_catalog` where the driver reads the tables directly: a catalog URI it
+    translates and a local (``file:``) warehouse; ``None`` otherwise (read through Spark)."""
+    uri = settings.resolved_catalog_uri
+    if not settings.resolved_warehouse.startswith("file:"):
+        return None
+    if not uri.startswith(("jdbc:sqlite:", "jdbc:postgresql://")):
+        return None
+    return pyiceberg_catalog(settings)
+
+
+def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
     """A pyiceberg ``SqlCatalog`` over the same catalog the Spark session uses.
 
     Only JDBC URLs for SQLite and PostgreSQL are translated (to SQLAlchemy URLs).
