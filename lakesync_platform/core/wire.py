@@ -44,6 +44,7 @@ _HLC_RE = re.compile(r"[0-9]{1,20}")
 _DEC_RE = re.compile(r"[+-]?[0-9]+")
 _PREFIXED_RE = re.compile(r"0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+")
 _LIMIT_RE = re.compile(r"\s*([+-]?[0-9]+)")
+_NESTED = (dict, list)
 
 
 class _Delta(msgspec.Struct):
@@ -125,42 +126,40 @@ def decode_push(body: bytes) -> PushBody:
     tables: set[str] = set()
     columns: set[str] = set()
     for i, d in enumerate(raw.deltas):
-        where = f"deltas[{i}]"  # only formatted into error messages
         if d.op not in OPS:
-            raise ValidationError(f"{where}.op must be one of INSERT, UPDATE, DELETE")
+            raise ValidationError(f"deltas[{i}].op must be one of INSERT, UPDATE, DELETE")
         if d.table not in tables:
             tables.add(check_identifier(d.table, "table"))
         if not (0 < len(d.rowId) <= MAX_ID_LENGTH):
-            _check_id(d.rowId, f"{where}.rowId")
+            _check_id(d.rowId, f"deltas[{i}].rowId")
         if not (0 < len(d.clientId) <= MAX_ID_LENGTH):
-            _check_id(d.clientId, f"{where}.clientId")
+            _check_id(d.clientId, f"deltas[{i}].clientId")
         if not (0 < len(d.deltaId) <= MAX_ID_LENGTH):
-            _check_id(d.deltaId, f"{where}.deltaId")
-        hlc = parse_hlc(d.hlc, f"{where}.hlc")
-        if d.op == DELETE and d.columns:
-            raise ValidationError(f"{where}: a DELETE carries no columns")
-        names: set[str] = set()
-        for col in d.columns:
-            if col.column not in columns:
-                columns.add(check_identifier(col.column, "column"))
-            if isinstance(col.value, dict | list) and _too_deep(col.value):
-                raise ValidationError(
-                    f'{where}: column "{col.column}" nests deeper than {MAX_VALUE_DEPTH} levels'
-                )
-            if col.column in names:
-                raise ValidationError(f'{where}: column "{col.column}" appears twice')
-            names.add(col.column)
-        deltas.append(
-            RowDelta(
-                d.op,
-                d.table,
-                d.rowId,
-                d.clientId,
-                d.columns,
-                hlc,
-                d.deltaId,
-            )
-        )
+            _check_id(d.deltaId, f"deltas[{i}].deltaId")
+        text = d.hlc
+        if 0 < len(text) <= 19 and text.isascii() and text.isdigit():
+            hlc = int(text)  # below 10**19 <= MAX_HLC
+        else:
+            hlc = parse_hlc(text, f"deltas[{i}].hlc")
+        cols = d.columns
+        if cols:
+            if d.op == DELETE:
+                raise ValidationError(f"deltas[{i}]: a DELETE carries no columns")
+            for col in cols:
+                if col.column not in columns:
+                    columns.add(check_identifier(col.column, "column"))
+                if type(col.value) in _NESTED and _too_deep(col.value):
+                    raise ValidationError(
+                        f'deltas[{i}]: column "{col.column}" nests deeper than'
+                        f" {MAX_VALUE_DEPTH} levels"
+                    )
+            if len(cols) > 1 and len({c.column for c in cols}) != len(cols):
+                names: set[str] = set()
+                for col in cols:
+                    if col.column in names:
+                        raise ValidationError(f'deltas[{i}]: column "{col.column}" appears twice')
+                    names.add(col.column)
+        deltas.append(RowDelta(d.op, d.table, d.rowId, d.clientId, cols, hlc, d.deltaId))
     return PushBody(raw.clientId, deltas)
 
 
