@@ -70,13 +70,26 @@ def _collect_arrow(df: DataFrame) -> pa.Table:
     return pa.Table.from_batches(batches)
 
 
-def _read_arrow(catalog: Catalog, gw: str, schema: TableSchema, after: int) -> pa.Table:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied)."""
+def _read_arrow(
+    catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
+) -> pa.Table:
+    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied).
+
+    ``ensure`` creates or evolves the state table; it runs only when the table is missing or
+    lacks a column of ``schema``."""
+    from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.expressions import GreaterThan, Reference
     from pyiceberg.expressions.literals import literal
 
-    table = catalog.load_table((gw, log_table(schema)))
     names = ["row_id", *[name for name, _ in synced_columns(schema)]]
+    try:
+        table = catalog.load_table((gw, log_table(schema)))
+        present = {field.name for field in table.schema().fields}
+    except NoSuchTableError:
+        present = set()
+    if not {*names, LIVE_COL, CURSOR_COL} <= present:
+        ensure()
+        table = catalog.load_table((gw, log_table(schema)))
     scan = table.scan(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
@@ -106,14 +119,16 @@ def materialise_table(
     dest = adapter.ensure_table(schema, dest_table)
     key = watermark_key(gw, schema, dest)
     mark = adapter.watermark(key)
-    state_name = ensure_state_table(spark, gw, schema)
     # One read of one snapshot of the state: the batch and its top cursor agree. The rows end
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
     if catalog is not None:
-        changed = _read_arrow(catalog, gw, schema, mark)
+        changed = _read_arrow(
+            catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
+        )
     else:
-        changed = _collect_arrow(changed_rows(spark.table(state_name), schema, mark))
+        state = spark.table(ensure_state_table(spark, gw, schema))
+        changed = _collect_arrow(changed_rows(state, schema, mark))
     if changed.num_rows == 0:
         return MaterialiseResult(gw, schema.table, dest, mark + 1, mark, 0, 0, clock() - started)
     top = int(pc.max(changed.column("cursor")).as_py())

@@ -133,9 +133,25 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
     state = spark.table(state_table(gw, "todos"))
     top = state.agg({"`_ls$cursor`": "max"}).collect()[0][0]
     for after in (0, top // 2, top):
-        ours = _read_arrow(catalog, gw, todos, after)
+        ours = _read_arrow(catalog, gw, todos, after, lambda: None)
         theirs = _collect_arrow(changed_rows(state, todos, after))
         assert ours.column_names == theirs.column_names
         assert rows(ours) == rows(theirs)
         assert len(rows(ours)) == (15 if after == 0 else len(rows(theirs)))
-    assert _read_arrow(catalog, gw, todos, top).num_rows == 0
+    assert _read_arrow(catalog, gw, todos, top, lambda: None).num_rows == 0
+    # A column the state table lacks yet (schema evolved before the next state run): the
+    # reader has the table evolved first and reads the new column as nulls.
+    from lakesync_platform.core.schema import parse_table_schema, table_schema_to_json
+    from lakesync_platform.spark.layout import ensure_state_table
+
+    body = table_schema_to_json(todos)
+    body["columns"] = [*body["columns"], {"name": "due", "type": "string"}]
+    wider = parse_table_schema(body)
+    evolved: list[str] = []
+
+    def ensure() -> None:
+        evolved.append(ensure_state_table(spark, gw, wider))
+
+    out = _read_arrow(catalog, gw, wider, 0, ensure)
+    assert evolved and "due" in out.column_names and out.num_rows == 15
+    assert set(out.column("due").to_pylist()) == {None}
