@@ -361,31 +361,23 @@ class SqlAdapter:
         """Soft-delete (set ``deleted_at``) or delete rows by ``row_id``; return rows affected."""
         d = self.dialect
         name = name or schema.table
-        done = 0
         ts: Any = synced_at if d.name != "sqlite" else synced_at.strftime("%Y-%m-%d %H:%M:%S.%f")
+        if schema.soft_delete:
+            head = f"UPDATE {d.q(name)} SET {d.q('deleted_at')} = :ts, {d.q('synced_at')} = :ts "
+            tail = f" AND {d.q('deleted_at')} IS NULL"
+        else:
+            head, tail = f"DELETE FROM {d.q(name)} ", ""
         if d.name == "postgresql" and row_ids:
             # One statement, the ids as one array parameter.
-            where = f"{d.q('row_id')} = ANY(:ids)"
-            if schema.soft_delete:
-                sql = (
-                    f"UPDATE {d.q(name)} SET {d.q('deleted_at')} = :ts, {d.q('synced_at')} = :ts "
-                    f"WHERE {where} AND {d.q('deleted_at')} IS NULL"
-                )
-            else:
-                sql = f"DELETE FROM {d.q(name)} WHERE {where}"
+            sql = f"{head}WHERE {d.q('row_id')} = ANY(:ids){tail}"
             return int(conn.execute(text(sql), {"ids": list(row_ids), "ts": ts}).rowcount or 0)
+        done = 0
         for start in range(0, len(row_ids), _CHUNK):
             chunk = list(row_ids[start : start + _CHUNK])
             marks = ", ".join(f":r{i}" for i in range(len(chunk)))
             params: dict[str, Any] = {f"r{i}": rid for i, rid in enumerate(chunk)}
             params["ts"] = ts
-            if schema.soft_delete:
-                sql = (
-                    f"UPDATE {d.q(name)} SET {d.q('deleted_at')} = :ts, {d.q('synced_at')} = :ts "
-                    f"WHERE {d.q('row_id')} IN ({marks}) AND {d.q('deleted_at')} IS NULL"
-                )
-            else:
-                sql = f"DELETE FROM {d.q(name)} WHERE {d.q('row_id')} IN ({marks})"
+            sql = f"{head}WHERE {d.q('row_id')} IN ({marks}){tail}"
             done += int(conn.execute(text(sql), params).rowcount or 0)
         return done
 

@@ -14,8 +14,9 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..adapters.sql import SqlAdapter
 from ..core.delta import ColumnDelta, RowDelta
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckOutcome", "Pipeline", "PipelineSettings"]
 
 log = logging.getLogger(__name__)
-_UNSET = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +133,6 @@ class Pipeline:
         self._wal = wal
         self._owns_wal = wal is None
         self._declarations: Declarations | None = None
-        self._catalog: object = _UNSET
 
     # ------------------------------------------------------------------ resources
 
@@ -144,12 +143,10 @@ class Pipeline:
             self._spark = create_spark_session(self.settings.spark_settings)
         return self._spark
 
-    @property
+    @cached_property
     def iceberg_catalog(self) -> Catalog | None:
         """pyiceberg over the lake where the driver reads it directly (materialise), else None."""
-        if self._catalog is _UNSET:
-            self._catalog = local_pyiceberg_catalog(self.settings.spark_settings)
-        return cast("Catalog | None", self._catalog)
+        return local_pyiceberg_catalog(self.settings.spark_settings)
 
     @property
     def wal(self) -> WriteAheadLog:
