@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import Connection, Engine, create_engine, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.delta import ColumnDelta, RowDelta, check_identifier
@@ -137,74 +137,104 @@ class SqlAdapter:
     # ------------------------------------------------------------------ destination DDL
 
     def ensure_table(self, schema: TableSchema, name: str | None = None) -> str:
-        """Create the destination table of ``schema`` or add the columns it lacks."""
-        d = self.dialect
+        """Create the destination table of ``schema`` or add the columns it lacks (and the
+        watermark table), in a transaction of its own; return the table's name."""
         name = check_identifier(name or schema.table, "table")
-        types = DESTINATION_TYPES[d.name]
-        cols = [(c.name, types[c.type]) for c in schema.columns if c.name != "row_id"]
         with self.transaction() as conn:
-            present = _columns(conn, name)
-            if present is None:
-                parts = [f"{d.q('row_id')} {d.key_type} NOT NULL"]
-                parts += [f"{d.q(n)} {t}" for n, t in cols]
-                parts.append(f"{d.q('props')} {d.props_ddl}")
-                if schema.soft_delete:
-                    parts.append(f"{d.q('deleted_at')} {d.ts_type} NULL")
-                parts.append(f"{d.q('synced_at')} {d.ts_type} NOT NULL")
-                parts.append(f"PRIMARY KEY ({', '.join(d.q(k) for k in schema.primary_key)})")
-                if schema.external_id_column:
-                    ext = schema.external_id_column
-                    if d.name == "mysql":
-                        parts.append(f"UNIQUE KEY ({d.q(ext)}(255))")
-                    else:
-                        parts.append(f"UNIQUE ({d.q(ext)})")
-                conn.exec_driver_sql(f"CREATE TABLE {d.q(name)} ({', '.join(parts)})")
-            else:
-                missing = [(n, t) for n, t in cols if n not in present]
-                if schema.soft_delete and "deleted_at" not in present:
-                    missing.append(("deleted_at", f"{d.ts_type} NULL"))
-                for n, t in missing:
-                    conn.exec_driver_sql(f"ALTER TABLE {d.q(name)} ADD COLUMN {d.q(n)} {t}")
-            self._ensure_watermarks(conn)
+            self.ensure_table_in(conn, schema, name)
         return name
 
-    def _ensure_watermarks(self, conn: Connection) -> None:
+    def ensure_table_in(self, conn: Connection, schema: TableSchema, name: str) -> bool:
+        """:meth:`ensure_table` inside the caller's transaction (on MySQL, whose DDL commits
+        implicitly, call it first); return whether the table was created."""
+        check_identifier(name, "table")
         d = self.dialect
-        if _columns(conn, WATERMARKS) is None:
+        types = DESTINATION_TYPES[d.name]
+        cols = [(c.name, types[c.type]) for c in schema.columns if c.name != "row_id"]
+        present = self._columns(conn, name)
+        if present is None:
+            parts = [f"{d.q('row_id')} {d.key_type} NOT NULL"]
+            parts += [f"{d.q(n)} {t}" for n, t in cols]
+            parts.append(f"{d.q('props')} {d.props_ddl}")
+            if schema.soft_delete:
+                parts.append(f"{d.q('deleted_at')} {d.ts_type} NULL")
+            parts.append(f"{d.q('synced_at')} {d.ts_type} NOT NULL")
+            parts.append(f"PRIMARY KEY ({', '.join(d.q(k) for k in schema.primary_key)})")
+            if schema.external_id_column:
+                ext = schema.external_id_column
+                if d.name == "mysql":
+                    parts.append(f"UNIQUE KEY ({d.q(ext)}(255))")
+                else:
+                    parts.append(f"UNIQUE ({d.q(ext)})")
+            conn.exec_driver_sql(f"CREATE TABLE {d.q(name)} ({', '.join(parts)})")
+        else:
+            missing = [(n, t) for n, t in cols if n not in present]
+            if schema.soft_delete and "deleted_at" not in present:
+                missing.append(("deleted_at", f"{d.ts_type} NULL"))
+            for n, t in missing:
+                conn.exec_driver_sql(f"ALTER TABLE {d.q(name)} ADD COLUMN {d.q(n)} {t}")
+        if self._columns(conn, WATERMARKS) is None:
             conn.exec_driver_sql(
                 f"CREATE TABLE {d.q(WATERMARKS)} ({d.q('source')} {d.key_type} NOT NULL "
                 f"PRIMARY KEY, {d.q('cursor')} BIGINT NOT NULL)"
             )
+        return present is None
+
+    def _columns(self, conn: Connection, table: str) -> set[str] | None:
+        """The column names of ``table`` (None when it does not exist): one catalog query."""
+        d = self.dialect
+        if d.name == "postgresql":
+            sql = (
+                "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass(:t) "
+                "AND attnum > 0 AND NOT attisdropped"
+            )
+            rows = conn.execute(text(sql), {"t": d.q(table)}).scalars().all()
+        elif d.name == "mysql":
+            sql = (
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = DATABASE() AND table_name = :t"
+            )
+            rows = conn.execute(text(sql), {"t": table}).scalars().all()
+        else:
+            sql = "SELECT name FROM pragma_table_info(:t)"
+            rows = conn.execute(text(sql), {"t": table}).scalars().all()
+        return {str(r) for r in rows} or None
 
     # ------------------------------------------------------------------ materialise
 
     def watermark(self, key: str) -> int:
-        """The last state cursor materialised under ``key`` (0 when none)."""
+        """The last state cursor materialised under ``key`` (0 when none). Read-only."""
         d = self.dialect
         with self.transaction() as conn:
-            self._ensure_watermarks(conn)
+            if self._columns(conn, WATERMARKS) is None:
+                return 0
             value = conn.execute(
                 text(f"SELECT {d.q('cursor')} FROM {d.q(WATERMARKS)} WHERE {d.q('source')} = :k"),
                 {"k": key},
             ).scalar()
         return int(value or 0)
 
-    def set_watermark(self, conn: Connection, key: str, cursor: int) -> None:
-        """Record ``cursor`` under ``key`` inside the caller's transaction."""
+    def set_watermark(self, conn: Connection, key: str, cursor: int, expected: int) -> None:
+        """Move ``key`` from ``expected`` (what the run read before it started) to ``cursor``
+        inside the caller's transaction.
+
+        Raises :class:`AdapterError` (the caller's transaction then rolls back, rows and all)
+        when another run moved the watermark meanwhile: that run wrote a state at least as new,
+        which this one must not overwrite with its older rows."""
         d = self.dialect
         src, cur, tbl = d.q("source"), d.q("cursor"), d.q(WATERMARKS)
-        if d.name == "mysql":
-            sql = (
-                f"INSERT INTO {tbl} ({src}, {cur}) VALUES (:k, :c) "
-                f"ON DUPLICATE KEY UPDATE {cur} = GREATEST({cur}, VALUES({cur}))"
-            )
+        if expected == 0:
+            verb = "INSERT IGNORE" if d.name == "mysql" else "INSERT"
+            tail = "" if d.name == "mysql" else f" ON CONFLICT ({src}) DO NOTHING"
+            sql = f"{verb} INTO {tbl} ({src}, {cur}) VALUES (:k, :c){tail}"
         else:
-            great = "GREATEST" if d.name == "postgresql" else "MAX"
-            sql = (
-                f"INSERT INTO {tbl} ({src}, {cur}) VALUES (:k, :c) ON CONFLICT ({src}) "
-                f"DO UPDATE SET {cur} = {great}({tbl}.{cur}, excluded.{cur})"
+            sql = f"UPDATE {tbl} SET {cur} = :c WHERE {src} = :k AND {cur} = :e"
+        done = conn.execute(text(sql), {"k": key, "c": cursor, "e": expected}).rowcount
+        if done != 1:
+            raise AdapterError(
+                f"Watermark {key!r} moved past {expected} while this run was writing: "
+                "another run materialised this table concurrently; nothing was written"
             )
-        conn.execute(text(sql), {"k": key, "c": cursor})
 
     def upsert_rows(
         self,
@@ -400,7 +430,7 @@ class SqlAdapter:
         key = d.key_type
         cols_type = {"postgresql": "JSONB", "mysql": "JSON", "sqlite": "TEXT"}[d.name]
         with self.transaction() as conn:
-            if _columns(conn, DELTAS) is not None:
+            if self._columns(conn, DELTAS) is not None:
                 return
             conn.exec_driver_sql(
                 f"CREATE TABLE {d.q(DELTAS)} ({d.q('delta_id')} {key} PRIMARY KEY, "
@@ -503,13 +533,6 @@ def _arrow_csv(rows: pa.Table) -> bytes:
     buffer = io.BytesIO()
     pacsv.write_csv(rows, buffer, pacsv.WriteOptions(include_header=False, quoting_style="needed"))
     return buffer.getvalue()
-
-
-def _columns(conn: Connection, table: str) -> set[str] | None:
-    insp = inspect(conn)
-    if not insp.has_table(table):
-        return None
-    return {c["name"] for c in insp.get_columns(table)}
 
 
 def _sqlite_bools(

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..adapters.sql import SqlAdapter
+from ..core.delta import check_identifier
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
 
@@ -116,7 +117,7 @@ def materialise_table(
     import pyarrow.compute as pc
 
     started = clock()
-    dest = adapter.ensure_table(schema, dest_table)
+    dest = check_identifier(dest_table or schema.table, "table")
     key = watermark_key(gw, schema, dest)
     mark = adapter.watermark(key)
     # One read of one snapshot of the state: the batch and its top cursor agree. The rows end
@@ -129,25 +130,29 @@ def materialise_table(
     else:
         state = spark.table(ensure_state_table(spark, gw, schema))
         changed = _collect_arrow(changed_rows(state, schema, mark))
-    if changed.num_rows == 0:
-        return MaterialiseResult(gw, schema.table, dest, mark + 1, mark, 0, 0, clock() - started)
-    top = int(pc.max(changed.column("cursor")).as_py())
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
+    top = mark
     synced_at = now()
+    # One destination transaction: the table's DDL (first, as MySQL commits DDL on its own),
+    # the rows and the watermark, which fails the whole run if another run moved it meanwhile.
     with adapter.transaction() as conn:
-        # A first load into an empty table: rows are inserted as they are, dead ones skipped.
-        empty = mark == 0 and adapter.is_empty(conn, dest)
-        for offset in range(0, changed.num_rows, _BATCH):
-            batch = changed.slice(offset, _BATCH)
-            live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
-            upserted += adapter.upsert_arrow(
-                conn, schema, live, synced_at, dest, empty_target=empty
-            )
-            if not empty:
-                dead = batch.filter(pc.invert(batch.column("live"))).column("row_id").to_pylist()
-                deleted += adapter.delete_rows(conn, schema, dead, synced_at, dest)
-        adapter.set_watermark(conn, key, top)
+        created = adapter.ensure_table_in(conn, schema, dest)
+        if changed.num_rows:
+            top = int(pc.max(changed.column("cursor")).as_py())
+            # A first load into an empty table: rows are inserted as they are, dead ones skipped.
+            empty = created or (mark == 0 and adapter.is_empty(conn, dest))
+            for offset in range(0, changed.num_rows, _BATCH):
+                batch = changed.slice(offset, _BATCH)
+                live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
+                upserted += adapter.upsert_arrow(
+                    conn, schema, live, synced_at, dest, empty_target=empty
+                )
+                if not empty:
+                    dead = batch.filter(pc.invert(batch.column("live")))
+                    ids = dead.column("row_id").to_pylist()
+                    deleted += adapter.delete_rows(conn, schema, ids, synced_at, dest)
+            adapter.set_watermark(conn, key, top, expected=mark)
     return MaterialiseResult(
         gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
     )

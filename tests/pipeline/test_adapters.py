@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from lakesync_platform.adapters.sql import SqlAdapter
 from lakesync_platform.core.delta import DELETE, ColumnDelta, RowDelta
+from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.ids import delta_id
 from lakesync_platform.core.schema import parse_table_schema
 
@@ -120,4 +123,37 @@ def test_arrow_first_load_then_upserts_and_soft_deletes(dest_url: str) -> None:
         assert str(rows["r1"]["synced_at"]).startswith("2026-01-01")
         assert str(rows["r2"]["synced_at"]).startswith("2026-01-02")
     finally:
+        adapter.close()
+
+
+def test_watermark_moves_only_from_the_value_a_run_read(dest_url: str) -> None:
+    """The watermark is a compare-and-set: a run whose reading went stale (another run
+    materialised meanwhile) fails, and its rows roll back with it."""
+    schema = parse_table_schema({"table": "marks", "columns": [{"name": "v", "type": "string"}]})
+    adapter = SqlAdapter.connect(dest_url)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        adapter.drop_table("lakesync_materialise_watermarks")
+        assert adapter.watermark("gw/marks->marks") == 0  # read-only: creates nothing
+        with adapter.transaction() as conn:
+            assert adapter.ensure_table_in(conn, schema, "marks") is True
+            assert adapter.ensure_table_in(conn, schema, "marks") is False
+            adapter.upsert_rows(conn, schema, [("r1", "one")], now, "marks")
+            adapter.set_watermark(conn, "gw/marks->marks", 5, expected=0)
+        assert adapter.watermark("gw/marks->marks") == 5
+        for stale in (0, 3):
+            with (
+                pytest.raises(AdapterError, match="concurrently"),
+                adapter.transaction() as conn,
+            ):
+                adapter.upsert_rows(conn, schema, [("r2", "two")], now, "marks")
+                adapter.set_watermark(conn, "gw/marks->marks", 7, expected=stale)
+        assert [r["row_id"] for r in adapter.read_rows("marks")] == ["r1"]
+        assert adapter.watermark("gw/marks->marks") == 5
+        with adapter.transaction() as conn:
+            adapter.set_watermark(conn, "gw/marks->marks", 9, expected=5)
+        assert adapter.watermark("gw/marks->marks") == 9
+        assert adapter.watermark("gw/other->marks") == 0
+    finally:
+        adapter.drop_table("marks")
         adapter.close()
