@@ -265,16 +265,20 @@ def update_state(
     # State rows are never removed (a delete marks them dead), so no records means no state.
     empty = before is None or before.int_prop("total-records") == 0
     mark = 0 if empty else state_watermark(spark, target)
-    upper = lake_watermark(spark, gw).cursor  # pins the batch: (mark, upper]
-    if upper <= mark:
+    lake = lake_watermark(spark, gw)
+    upper = lake.cursor
+    if upper <= mark or lake.snapshot_id is None:
         return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
-    # One task per log file (a flush writes one per core), not small files packed into one.
-    log_files = spark.read.options(**{"split-size": _SPLIT, "file-open-cost": _SPLIT})
-    batch = log_files.table(log_name).filter(
-        (F.col("table") == log_table(schema))
-        & (F.col("cursor") > F.lit(mark))
-        & (F.col("cursor") <= F.lit(upper))
-    )
+    # The batch is (mark, upper]: the log as of the snapshot the lake watermark was read at
+    # holds exactly the entries up to ``upper`` (flushes commit contiguous WAL ranges), so only
+    # ``mark`` needs a filter — none on a first load, which keeps that plan's generated code the
+    # same from run to run. One task per log file (a flush writes one per core).
+    snapshot = str(lake.snapshot_id)
+    options = {"split-size": _SPLIT, "file-open-cost": _SPLIT, "snapshot-id": snapshot}
+    batch = spark.read.options(**options).table(log_name)
+    batch = batch.filter(F.col("table") == log_table(schema))
+    if mark:
+        batch = batch.filter(F.col("cursor") > F.lit(mark))
     incoming = fold_log(batch, schema)
     if empty:
         # First load: the folded batch *is* the state — one append, no join, no cache; its

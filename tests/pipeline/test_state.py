@@ -155,3 +155,40 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
     out = _read_arrow(catalog, gw, wider, 0, ensure)
     assert evolved and "due" in out.column_names and out.num_rows == 15
     assert set(out.column("due").to_pylist()) == {None}
+
+
+def test_batch_is_pinned_to_the_snapshot_its_watermark_was_read_at(
+    spark: Any,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    todos: TableSchema,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A flush that commits while a state run starts is left for the next run: the first load
+    reads the log as of the watermark's snapshot, so it takes exactly ``(0, upper]``."""
+    import lakesync_platform.spark.flush as flush_module
+
+    p = pusher
+    source = jdbc_source(wal_url)
+    p.push("a", [p.delta("a", "r1", p.hlc(10), title="one")])
+    first = flush_gateway(spark, wal, source, gw)
+    real = flush_module.lake_watermark
+
+    def watermark_then_flush(spark_: Any, gw_: str) -> Any:
+        mark = real(spark_, gw_)
+        monkeypatch.setattr(flush_module, "lake_watermark", real)  # the flush below reads it
+        p.push("b", [p.delta("b", "r1", p.hlc(20), title="two")])
+        p.push("b", [p.delta("b", "r2", p.hlc(21), title="new")])
+        assert flush_gateway(spark, wal, source, gw).entries == 2
+        return mark
+
+    monkeypatch.setattr(flush_module, "lake_watermark", watermark_then_flush)
+    pinned = update_state(spark, gw, todos)
+    assert (pinned.to_cursor, pinned.rows_changed) == (first.to_cursor, 1)
+    rows = {r["row_id"]: r["title"] for r in spark.table(state_table(gw, "todos")).collect()}
+    assert rows == {"r1": "one"}
+    rest = update_state(spark, gw, todos)
+    assert (rest.from_cursor, rest.rows_changed) == (first.to_cursor + 1, 2)
+    assert_state_matches_wal(spark, wal, gw, todos)
