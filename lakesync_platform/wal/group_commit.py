@@ -2,9 +2,15 @@
 
 Callers hand a function of a connection to :meth:`GroupCommitter.run` and block until it has
 committed. One writer thread takes every job waiting at that moment (up to ``max_group``), runs
-each inside its own savepoint of a single transaction — a job that raises is rolled back alone
-and gets its own exception — and commits once. An acknowledged push is still committed before
-its caller returns; it just shares the commit (and the disk flush) with its neighbours.
+them one after the other in a single transaction and commits once. An acknowledged push is
+still committed before its caller returns; it just shares the commit (and the disk flush) with
+its neighbours.
+
+A job that raises gets its own exception and nothing of it is written: the transaction is
+rolled back and the rest of the group runs again, without it, in a fresh one (a job only reads
+and writes through its connection, so running it again is safe). There are no per-job
+savepoints: on SQLite a savepoint makes every page a job touches first be copied into a
+sub-journal, which would double the page writes of every push to pay for the rare failure.
 """
 
 from __future__ import annotations
@@ -34,6 +40,15 @@ class _Job(Generic[T]):
     done: threading.Event = field(default_factory=threading.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+class _JobFailed(Exception):
+    """Job ``index`` of the running group raised ``error``."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
 
 
 class GroupCommitter:
@@ -92,20 +107,21 @@ class GroupCommitter:
 
     def _commit(self, group: list[_Job[Any]]) -> None:
         try:
-            with self._wal.write() as conn:
-                for job in group:
-                    savepoint = conn.begin_nested()
-                    try:
-                        job.result = job.fn(conn)
-                    except Exception as exc:  # each job fails alone; its savepoint is undone
-                        savepoint.rollback()
-                        job.error = (
-                            AdapterError(f"WAL write failed: {exc}")
-                            if isinstance(exc, SQLAlchemyError)
-                            else exc
-                        )
-                    else:
-                        savepoint.commit()
+            while group:
+                try:
+                    self._run_group(group)
+                except _JobFailed as failed:  # undone with the rest; the others run again
+                    job = group.pop(failed.index)
+                    exc = failed.error
+                    job.result = None
+                    job.error = (
+                        AdapterError(f"WAL write failed: {exc}")
+                        if isinstance(exc, SQLAlchemyError)
+                        else exc
+                    )
+                    job.done.set()
+                else:
+                    break
         except Exception as exc:  # the commit itself failed: nothing of the group is durable
             log.warning("WAL group commit of %d pushes failed: %s", len(group), exc)
             for job in group:
@@ -113,3 +129,12 @@ class GroupCommitter:
         finally:
             for job in group:
                 job.done.set()
+
+    def _run_group(self, group: list[_Job[Any]]) -> None:
+        """Run every job in one transaction and commit; :class:`_JobFailed` if one raises."""
+        with self._wal.write() as conn:
+            for i, job in enumerate(group):
+                try:
+                    job.result = job.fn(conn)
+                except Exception as exc:
+                    raise _JobFailed(i, exc) from exc
