@@ -323,9 +323,10 @@ class SyncService:
                     f"WAL backlog exceeded ({backlog} >= {self.max_backlog_bytes} bytes); "
                     "retry after the next flush"
                 )
-            # Records every id not accepted before (forever) and returns those: the rest are
-            # duplicates. An id repeated inside the batch is new only at its first occurrence.
-            fresh_ids = self.wal.claim_delta_ids(conn, gw, [d.delta_id for d in deltas])
+            # Records every (hlc, deltaId) not accepted before (forever) and returns those: the
+            # rest are duplicates. A delta repeated inside the batch is new only at its first
+            # occurrence.
+            fresh_ids = self.wal.claim_delta_ids(conn, gw, [(d.hlc, d.delta_id) for d in deltas])
             keys = prep.keys
             states: dict[str, RowState] = self.wal.load_rows(conn, gw, list(dict.fromkeys(keys)))
             cursor = lock.last_cursor
@@ -342,13 +343,14 @@ class SyncService:
             added_bytes = 0
             for i, d in enumerate(deltas):
                 key = keys[i]
-                if d.delta_id not in fresh_ids:
+                stamped_id = (d.hlc, d.delta_id)
+                if stamped_id not in fresh_ids:
                     duplicates += 1
                     if key in states or key in created:
                         bump[key] = None
                         rows_of.setdefault(key, d)
                     continue
-                fresh_ids.discard(d.delta_id)
+                fresh_ids.discard(stamped_id)
                 rows_of[key] = d
                 size = prep.sizes[i]
                 if prep.new_row_json[i] is not None and key not in states and key not in created:

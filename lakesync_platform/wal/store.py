@@ -118,6 +118,7 @@ class WriteAheadLog:
         )
         self.url = url
         self.dialect = write_engine.dialect.name
+        self._legacy_ids: dict[str, bool] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -242,14 +243,16 @@ class WriteAheadLog:
         return out
 
     def known_delta_ids(self, conn: Connection, gw: str, ids: Sequence[str]) -> set[str]:
-        """The subset of ``ids`` already accepted by this gateway (ever)."""
-        rows = self._select_in(
-            conn,
-            "SELECT delta_id FROM wal_delta_ids WHERE gateway_id = ? AND delta_id {IN}",
-            gw,
-            ids,
+        """The subset of ``ids`` already accepted by this gateway (ever), whatever their HLC.
+
+        Checks and tools only: the push path claims ``(hlc, deltaId)`` pairs
+        (:meth:`claim_delta_ids`); this scans the gateway's ids.
+        """
+        wanted = set(ids)
+        rows = conn.exec_driver_sql(
+            self._sql("SELECT delta_id FROM wal_delta_ids WHERE gateway_id = ?"), (gw,)
         )
-        return {r[0] for r in rows}
+        return {r[0] for r in rows if r[0] in wanted}
 
     def load_rows(self, conn: Connection, gw: str, keys: Sequence[str]) -> dict[str, RowState]:
         """Current row states for ``keys`` (absent keys are unknown rows)."""
@@ -265,30 +268,66 @@ class WriteAheadLog:
         """A raw statement with the driver's placeholder style (``?`` or ``%s``)."""
         return template if self.dialect == "sqlite" else template.replace("?", "%s")
 
-    def claim_delta_ids(self, conn: Connection, gw: str, ids: Sequence[str]) -> set[str]:
-        """Record ``ids`` as accepted; return those that were not accepted before.
+    def claim_delta_ids(
+        self, conn: Connection, gw: str, stamped_ids: Sequence[tuple[int, str]]
+    ) -> set[tuple[int, str]]:
+        """Record ``(hlc, deltaId)`` pairs as accepted; return those not accepted before.
 
-        One ``INSERT … ON CONFLICT DO NOTHING RETURNING`` (per 500 ids on SQLite): the dedup
-        lookup and the insert are one index descent per id. The caller holds the gateway lock.
+        One ``INSERT … ON CONFLICT DO NOTHING RETURNING`` (per 500 pairs on SQLite): the dedup
+        lookup and the insert are one index descent per delta, at the end of the index (keys
+        start with the HLC). Ids accepted before the HLC was part of the key (schema version
+        1) are then looked up by id. The caller holds the gateway lock.
         """
-        if not ids:
+        if not stamped_ids:
             return set()
+        out: set[tuple[int, str]] = set()
         if self.dialect == "postgresql":
+            hlcs, ids = zip(*stamped_ids, strict=True)
             rows = conn.exec_driver_sql(
-                "INSERT INTO wal_delta_ids (gateway_id, delta_id) SELECT %s, unnest(%b::text[])"
-                " ON CONFLICT DO NOTHING RETURNING delta_id",
-                (gw, list(ids)),
+                "INSERT INTO wal_delta_ids (gateway_id, hlc, delta_id)"
+                " SELECT %s, * FROM unnest(%b::bigint[], %b::text[])"
+                " ON CONFLICT DO NOTHING RETURNING hlc, delta_id",
+                (gw, list(hlcs), list(ids)),
             ).all()
-            return {r[0] for r in rows}
-        out: set[str] = set()
-        for part in _chunks(ids):
-            stmt = (
-                "INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES "
-                + ",".join(["(?1,?)"] * len(part))
-                + " ON CONFLICT DO NOTHING RETURNING delta_id"
-            )
-            out.update(r[0] for r in conn.exec_driver_sql(stmt, (gw, *part)).all())
+            out.update((r[0], r[1]) for r in rows)
+        else:
+            for part in _chunks(stamped_ids):
+                stmt = (
+                    "INSERT INTO wal_delta_ids (gateway_id, hlc, delta_id) VALUES "
+                    + ",".join(["(?1,?,?)"] * len(part))
+                    + " ON CONFLICT DO NOTHING RETURNING hlc, delta_id"
+                )
+                params = [v for pair in part for v in pair]
+                out.update((r[0], r[1]) for r in conn.exec_driver_sql(stmt, (gw, *params)).all())
+        if out and self._has_legacy_ids(conn, gw):
+            legacy = {
+                r[0]
+                for r in self._select_in(
+                    conn,
+                    "SELECT delta_id FROM wal_delta_ids WHERE gateway_id = ?"
+                    f" AND hlc = {t.LEGACY_HLC} AND delta_id {{IN}}",
+                    gw,
+                    sorted({i for _, i in out}),
+                )
+            }
+            out = {pair for pair in out if pair[1] not in legacy}
         return out
+
+    def _has_legacy_ids(self, conn: Connection, gw: str) -> bool:
+        """Whether ``gw`` has ids from before schema version 2 (none are added since)."""
+        known = self._legacy_ids.get(gw)
+        if known is None:
+            known = self._legacy_ids[gw] = (
+                conn.exec_driver_sql(
+                    self._sql(
+                        "SELECT 1 FROM wal_delta_ids WHERE gateway_id = ?"
+                        f" AND hlc = {t.LEGACY_HLC} LIMIT 1"
+                    ),
+                    (gw,),
+                ).first()
+                is not None
+            )
+        return known
 
     def write_push(
         self,

@@ -20,10 +20,12 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    inspect,
     select,
 )
 
 __all__ = [
+    "LEGACY_HLC",
     "MIGRATIONS",
     "client_rows",
     "clients",
@@ -84,10 +86,19 @@ delta_ids = Table(
     "wal_delta_ids",
     metadata,
     Column("gateway_id", Text, nullable=False),
+    # The delta's HLC, ahead of its id: a deltaId is the hash of the delta's content, HLC
+    # included, so (hlc, deltaId) names the same deltas; keyed by HLC first, accepted ids go
+    # in at the end of the index (clients' clocks are all near now) instead of at random
+    # places, and a push dirties a few index pages instead of one per delta. -1 marks ids
+    # accepted before the HLC was recorded (see _v2_delta_ids_by_hlc).
+    Column("hlc", BigInteger, nullable=False),
     Column("delta_id", Text, nullable=False),
-    PrimaryKeyConstraint("gateway_id", "delta_id", name="pk_wal_delta_ids"),
+    PrimaryKeyConstraint("gateway_id", "hlc", "delta_id", name="pk_wal_delta_ids"),
     sqlite_with_rowid=False,
 )
+
+LEGACY_HLC = -1
+"""``wal_delta_ids.hlc`` of ids accepted before version 2 of the schema."""
 
 rows = Table(
     "wal_rows",
@@ -175,7 +186,39 @@ def _v1_initial(conn: Connection) -> None:
     metadata.create_all(conn)
 
 
-MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [(1, _v1_initial)]
+def _v2_delta_ids_by_hlc(conn: Connection) -> None:
+    """Key ``wal_delta_ids`` by ``(gateway_id, hlc, delta_id)``.
+
+    A database created at version 1 by this code already has that shape (``_v1_initial``
+    creates the current tables); an older one gets the column, with :data:`LEGACY_HLC` for
+    every id it holds (their HLCs are not known: entries are trimmed, and losing deltas have
+    none), and the new key. Pushes look legacy ids up by id alone, so they stay deduplicated.
+    """
+    if "hlc" in {c["name"] for c in inspect(conn).get_columns("wal_delta_ids")}:
+        return
+    if conn.dialect.name == "postgresql":
+        for stmt in (
+            f"ALTER TABLE wal_delta_ids ADD COLUMN hlc BIGINT NOT NULL DEFAULT {LEGACY_HLC}",
+            "ALTER TABLE wal_delta_ids ALTER COLUMN hlc DROP DEFAULT",
+            "ALTER TABLE wal_delta_ids DROP CONSTRAINT pk_wal_delta_ids",
+            "ALTER TABLE wal_delta_ids ADD CONSTRAINT pk_wal_delta_ids"
+            " PRIMARY KEY (gateway_id, hlc, delta_id)",
+        ):
+            conn.exec_driver_sql(stmt)
+        return
+    conn.exec_driver_sql("ALTER TABLE wal_delta_ids RENAME TO wal_delta_ids_v1")
+    delta_ids.create(conn)
+    conn.exec_driver_sql(
+        "INSERT INTO wal_delta_ids (gateway_id, hlc, delta_id)"
+        f" SELECT gateway_id, {LEGACY_HLC}, delta_id FROM wal_delta_ids_v1"
+    )
+    conn.exec_driver_sql("DROP TABLE wal_delta_ids_v1")
+
+
+MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
+    (1, _v1_initial),
+    (2, _v2_delta_ids_by_hlc),
+]
 """Ordered ``(version, migrate)`` pairs; append new ones, never edit applied ones."""
 
 

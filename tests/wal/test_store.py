@@ -181,3 +181,48 @@ def test_row_states_reflect_the_merge(wal: WriteAheadLog, gw: str) -> None:
     service.push(gw, "b", [make_delta("b", encode(BASE_MS, 2), "t", "r", None)])
     [(row_id, state)] = list(wal.row_states(gw, "t"))
     assert row_id == "r" and not state.live and state.delete_client == "b"
+
+
+def test_v2_migration_keys_delta_ids_by_hlc_and_keeps_older_ids_deduplicated(
+    wal: WriteAheadLog, gw: str
+) -> None:
+    # Turn the fresh WAL back into a version-1 one: wal_delta_ids keyed by id alone.
+    old = make_delta("a", encode(BASE_MS, 1), "t", "r1", {"x": 1}, "INSERT")
+    with wal.write() as conn:
+        conn.exec_driver_sql("DROP TABLE wal_delta_ids")
+        conn.exec_driver_sql(
+            "CREATE TABLE wal_delta_ids (gateway_id TEXT NOT NULL, delta_id TEXT NOT NULL,"
+            " CONSTRAINT pk_wal_delta_ids PRIMARY KEY (gateway_id, delta_id))"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO wal_delta_ids (gateway_id, delta_id) VALUES ('"
+            + gw
+            + "', '"
+            + old.delta_id
+            + "')"
+        )
+        conn.execute(tables.schema_version.delete().where(tables.schema_version.c.version >= 2))
+    reopened = WriteAheadLog.open(wal.url, now_ms=1)
+    try:
+        with reopened.read() as conn:
+            versions = conn.execute(select(tables.schema_version.c.version)).scalars().all()
+            rows = conn.exec_driver_sql(
+                "SELECT gateway_id, hlc, delta_id FROM wal_delta_ids WHERE gateway_id = '"
+                + gw
+                + "'"
+            ).all()
+        assert max(versions) == len(tables.MIGRATIONS)
+        assert [tuple(r) for r in rows] == [(gw, tables.LEGACY_HLC, old.delta_id)]
+        service = SyncService(reopened, lambda: BASE_MS)
+        new = make_delta("a", encode(BASE_MS, 2), "t", "r2", {"x": 2}, "INSERT")
+        first = service.push(gw, "a", [old, new])
+        assert first.duplicates == 1 and [e.delta_id for e in first.entries] == [new.delta_id]
+        again = service.push(gw, "a", [new, old])
+        assert again.duplicates == 2 and again.entries == ()
+        with reopened.read() as conn:
+            assert reopened.known_delta_ids(conn, gw, [old.delta_id, new.delta_id, "x"]) == {
+                old.delta_id,
+                new.delta_id,
+            }
+    finally:
+        reopened.close()
