@@ -61,6 +61,8 @@ __all__ = [
 
 _SPLIT = str(8 << 20)
 _STRING_MARK = "\u0001"
+_MARK_REPLACEMENT = "$1\\\\u0001"
+"""regexp_replace replacement: the captured prefix, then the JSON escape of U+0001."""
 # msgspec writes each effective column as {"column":"<ident>","value":<json>} (compact, in that
 # key order). Spark's JSON parser hands string values back unquoted, so for json-typed columns a
 # string value is marked with U+0001 right after that structural prefix, which tells the string
@@ -123,27 +125,42 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def _marked_text(json_columns: list[str]) -> str:
+    """SQL: the entry's ``columns`` text, string values of ``json_columns`` marked U+0001."""
+    if not json_columns:
+        return "`columns`"
+    needles = [_sql_string('"column":"' + name + '"') for name in json_columns]
+    carries = " OR ".join(f"contains(`columns`, {needle})" for needle in needles)
+    marked = (
+        f"regexp_replace(`columns`, {_sql_string(_value_prefix(json_columns))}, "
+        f"{_sql_string(_MARK_REPLACEMENT)})"
+    )
+    return f"(CASE WHEN {carries} THEN {marked} ELSE `columns` END)"
+
+
+_ENTRY_TYPE = "'array<struct<column:string,value:string>>'"
+
+
+def _parsed_columns(json_columns: list[str]) -> str:
+    """SQL: the entry's ``columns`` as ``map<column, raw JSON token text>`` (see
+    :func:`parse_log_columns`)."""
+    return f"map_from_entries(from_json({_marked_text(json_columns)}, {_ENTRY_TYPE}))"
+
+
 def parse_log_columns(log: DataFrame, json_columns: list[str] | None = None) -> DataFrame:
     """Pure: add ``_m``, the entry's columns as ``map<column, raw JSON token text>``.
 
     Deletes get an empty map. String values of ``json_columns`` are prefixed with U+0001.
     """
-    from pyspark.sql import functions as F
-
-    text = F.col("columns")
-    if json_columns:
-        carries = F.lit(False)
-        for name in json_columns:
-            carries = carries | text.contains(f'"column":"{name}"')
-        marked = F.regexp_replace(text, _value_prefix(json_columns), "$1\\\\u0001")
-        text = F.when(carries, marked).otherwise(text)
-    parsed = F.from_json(text, "array<struct<column:string,value:string>>")
-    return log.withColumn("_m", F.map_from_entries(parsed))
+    return log.selectExpr("*", f"{_parsed_columns(json_columns or [])} AS _m")
 
 
-def _finish(df: DataFrame, schema: TableSchema) -> DataFrame:
-    """Clear the columns a delete stamp covers, set ``live``, cast and order the columns."""
+def _finish(schema: TableSchema) -> tuple[list[str], list[str]]:
+    """SQL select lists, applied one after the other: first ``*`` plus per column whether it
+    survives the row's delete stamp (``_keep<i>``), then the state columns — survivors kept,
+    the rest cleared, ``live`` set, cast and in table order."""
     dh, dc = q(DELETE_HLC_COL), q(DELETE_CLIENT_COL)
+    keeps = ["*"]
     exprs: dict[str, str] = {
         "row_id": "row_id",
         CURSOR_COL: q(CURSOR_COL),
@@ -151,25 +168,25 @@ def _finish(df: DataFrame, schema: TableSchema) -> DataFrame:
         DELETE_CLIENT_COL: dc,
     }
     survivors = []
-    for name, _ in synced_columns(schema):
+    for i, (name, _) in enumerate(synced_columns(schema)):
         h, c = q(hlc_col(name)), q(client_col(name))
         newer = _newer(h, c, dh, dc, ties=False)
-        keep = f"(CASE WHEN {dh} IS NULL THEN {h} IS NOT NULL ELSE {newer} END)"
-        exprs[name] = f"CASE WHEN {keep} THEN {q(name)} END"
-        exprs[hlc_col(name)] = f"CASE WHEN {keep} THEN {h} END"
-        exprs[client_col(name)] = f"CASE WHEN {keep} THEN {c} END"
-        survivors.append(f"({keep})")
+        keeps.append(f"(CASE WHEN {dh} IS NULL THEN {h} IS NOT NULL ELSE {newer} END) AS _keep{i}")
+        exprs[name] = f"CASE WHEN _keep{i} THEN {q(name)} END"
+        exprs[hlc_col(name)] = f"CASE WHEN _keep{i} THEN {h} END"
+        exprs[client_col(name)] = f"CASE WHEN _keep{i} THEN {c} END"
+        survivors.append(f"_keep{i}")
     exprs[LIVE_COL] = " OR ".join(survivors) if survivors else "false"
-    return df.selectExpr(*[f"CAST({exprs[n]} AS {t}) AS {q(n)}" for n, t in state_columns(schema)])
+    return keeps, [f"CAST({exprs[n]} AS {t}) AS {q(n)}" for n, t in state_columns(schema)]
 
 
 def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
-    """Pure: change-log rows of ``schema.table`` → one partial state row per ``row_id``."""
-    from pyspark.sql import functions as F
+    """Pure: change-log rows of ``schema.table`` → one partial state row per ``row_id``.
 
+    Built as one SQL statement over ``log`` (one parse and analysis of the whole plan, where
+    chained DataFrame calls analyse it once per call)."""
     cols = synced_columns(schema)
     json_columns = [name for name, typ in cols if typ == "json"]
-    entries = parse_log_columns(log.filter(F.col("table") == log_table(schema)), json_columns)
     stamp = "'hlc', hlc, 'k', _k, 'client_id', client_id"
     aggs = [
         f"max(cursor) AS {q(CURSOR_COL)}",
@@ -194,13 +211,26 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
             f"_w{i}.hlc AS {q(hlc_col(name))}",
             f"_w{i}.client_id AS {q(client_col(name))}",
         ]
+    view = f"lakesync_log_{uuid.uuid4().hex}"
     # Struct fields compare in order: hlc, then the client key, then the cursor (the later log
     # entry wins an exact tie, see the module docstring).
-    keyed = entries.selectExpr(
-        "row_id", "cursor", "op", "client_id", "hlc", "_m", f"{_key('client_id')} AS _k"
+    keeps, finished = _finish(schema)
+    where = f"WHERE `table` = {_sql_string(log_table(schema))}"
+    entries = (
+        f"SELECT row_id, cursor, op, client_id, hlc, {_parsed_columns(json_columns)} AS _m, "
+        f"{_key('client_id')} AS _k FROM {view} {where}"
     )
-    folded = keyed.groupBy("row_id").agg(*[F.expr(a) for a in aggs]).selectExpr(*projected)
-    return _finish(folded, schema)
+    sql = (
+        f"SELECT {', '.join(finished)} FROM (SELECT {', '.join(keeps)} FROM ("
+        f"SELECT {', '.join(projected)} FROM ("
+        f"SELECT row_id, {', '.join(aggs)} FROM ({entries}) GROUP BY row_id)))"
+    )
+    spark = log.sparkSession
+    log.createOrReplaceTempView(view)
+    try:
+        return spark.sql(sql)  # analysed here: the view is resolved and may go
+    finally:
+        spark.catalog.dropTempView(view)
 
 
 def merge_states(current: DataFrame, incoming: DataFrame, schema: TableSchema) -> DataFrame:
@@ -232,7 +262,8 @@ def merge_states(current: DataFrame, incoming: DataFrame, schema: TableSchema) -
     from pyspark.sql import functions as F
 
     joined = incoming.alias("i").join(current.alias("c"), F.expr("i.row_id = c.row_id"), "left")
-    return _finish(joined.selectExpr(*out), schema)
+    keeps, finished = _finish(schema)
+    return joined.selectExpr(*out).selectExpr(*keeps).selectExpr(*finished)
 
 
 def state_watermark(spark: SparkSession, table_name: str) -> int:
@@ -275,8 +306,7 @@ def update_state(
     # same from run to run. One task per log file (a flush writes one per core).
     snapshot = str(lake.snapshot_id)
     options = {"split-size": _SPLIT, "file-open-cost": _SPLIT, "snapshot-id": snapshot}
-    batch = spark.read.options(**options).table(log_name)
-    batch = batch.filter(F.col("table") == log_table(schema))
+    batch = spark.read.options(**options).table(log_name)  # fold_log keeps this table's rows
     if mark:
         batch = batch.filter(F.col("cursor") > F.lit(mark))
     incoming = fold_log(batch, schema)
