@@ -58,6 +58,7 @@ _TAG_BITS = 22
 _SCAN_CHUNK = 2000
 _CONFIG_TTL_S = 1.0
 _json_encode = msgspec.json.Encoder().encode
+_sha256 = hashlib.sha256
 
 
 def compose_cursor(tag: int, position: int) -> int:
@@ -234,7 +235,7 @@ def _fits(col_type: str | None, value: Any) -> bool:
 
 
 def _delivery_id(kind: bytes, key: str, position: int) -> str:
-    return hashlib.sha256(kind + key.encode() + b"\0" + str(position).encode()).hexdigest()
+    return hashlib.sha256(kind + f"{key}\0{position}".encode()).hexdigest()
 
 
 class SyncService:
@@ -471,7 +472,6 @@ class SyncService:
         since_tag, since_pos = split_cursor(max(since, 0))
         resync = since_tag != tag
         start = 0 if resync else since_pos
-        self.wal.record_pull(gw, client_id, max(since, 0), self._clock())
 
         out: list[dict[str, Any]] = []
         pending_marks: list[tuple[str, bool]] = []
@@ -483,7 +483,7 @@ class SyncService:
         chunk_size = (limit // per_row + 1) if not cfg.has_filters else _SCAN_CHUNK
         unfiltered: dict[str, bool] = {}  # per table: every row visible
         hidden: set[str] = set()  # tables no bucket of the view can show
-        with self.wal.read() as conn:
+        with self.wal.pull_read(gw, client_id, max(since, 0), self._clock()) as conn:
             after = start
             while True:
                 chunk = self.wal.scan_rows(conn, gw, after, chunk_size)
@@ -573,6 +573,7 @@ class SyncService:
                 }
             ]
         cols = state.columns
+        tail = f"{row.row_key}\0{row.position}".encode()  # the delivery ids' common part
         full = [
             {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}
             for n in (*names, *extra)
@@ -585,7 +586,7 @@ class SyncService:
                 "clientId": client,
                 "columns": [],
                 "hlc": "0",
-                "deltaId": _delivery_id(b"C", row.row_key, row.position),
+                "deltaId": _sha256(b"C" + tail).hexdigest(),
             },
             {
                 "op": INSERT,
@@ -594,7 +595,7 @@ class SyncService:
                 "clientId": client,
                 "columns": full,
                 "hlc": str(hlc),
-                "deltaId": _delivery_id(b"I", row.row_key, row.position),
+                "deltaId": _sha256(b"I" + tail).hexdigest(),
             },
         ]
 

@@ -51,6 +51,12 @@ _UPSERT_ROWS = (
     " ON CONFLICT (gateway_id, row_key) DO UPDATE SET state = excluded.state,"
     " live = excluded.live, position = excluded.position"
 )
+_RECORD_PULL = (
+    "INSERT INTO wal_clients (gateway_id, client_id, last_since, updated_ms)"
+    " VALUES (?,?,?,?) ON CONFLICT (gateway_id, client_id) DO UPDATE SET"
+    " last_since = excluded.last_since, updated_ms = excluded.updated_ms"
+    " WHERE wal_clients.last_since <> excluded.last_since"
+)
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
 
@@ -476,14 +482,25 @@ class WriteAheadLog:
         it commits without waiting for fsync (SQLite ``synchronous=NORMAL``, PostgreSQL
         ``synchronous_commit=off``) — durable across a crash of the gateway, not a power cut.
         """
-        sql = (
-            "INSERT INTO wal_clients (gateway_id, client_id, last_since, updated_ms)"
-            " VALUES (?,?,?,?) ON CONFLICT (gateway_id, client_id) DO UPDATE SET"
-            " last_since = excluded.last_since, updated_ms = excluded.updated_ms"
-            " WHERE wal_clients.last_since <> excluded.last_since"
-        )
         with self.bookkeeping() as conn:
-            conn.exec_driver_sql(self._sql(sql), (gw, client_id, since, now_ms))
+            conn.exec_driver_sql(self._sql(_RECORD_PULL), (gw, client_id, since, now_ms))
+
+    @contextmanager
+    def pull_read(self, gw: str, client_id: str, since: int, now_ms: int) -> Iterator[Connection]:
+        """:meth:`record_pull`, then a read transaction for the page.
+
+        On PostgreSQL both are one transaction (the bookkeeping row commits with the read,
+        without waiting for fsync): one connection checkout and one commit per pull instead of
+        two. On SQLite the bookkeeping takes the write lock, so it commits first.
+        """
+        if self.dialect != "postgresql":
+            self.record_pull(gw, client_id, since, now_ms)
+            with self.read() as conn:
+                yield conn
+            return
+        with self.bookkeeping() as conn:
+            conn.exec_driver_sql(self._sql(_RECORD_PULL), (gw, client_id, since, now_ms))
+            yield conn
 
     @contextmanager
     def bookkeeping(self) -> Iterator[Connection]:
