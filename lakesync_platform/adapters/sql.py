@@ -185,7 +185,8 @@ class SqlAdapter:
         d = self.dialect
         if d.name == "postgresql":
             sql = (
-                "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = to_regclass(:t) "
+                "SELECT attname FROM pg_catalog.pg_attribute WHERE attrelid = "
+                "to_regclass(quote_ident(current_schema()) || '.' || :t) "
                 "AND attnum > 0 AND NOT attisdropped"
             )
             rows = conn.execute(text(sql), {"t": d.q(table)}).scalars().all()
