@@ -7,6 +7,7 @@ worker process builds an identical app.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -14,9 +15,11 @@ from .app import create_app
 from .middleware import ProtocolHeadersMiddleware
 from .settings import GatewaySettings
 
-__all__ = ["CONFIG_ENV", "app", "settings_from_json"]
+__all__ = ["CONFIG_ENV", "GC_THRESHOLDS", "app", "settings_from_json", "tune_gc"]
 
 CONFIG_ENV = "LAKESYNC_GATEWAY_CONFIG"
+GC_THRESHOLDS = (50_000, 20, 20)
+"""Cyclic garbage collector thresholds of a gateway process (CPython's default: 700, 10, 10)."""
 
 
 def settings_from_json(text: str) -> GatewaySettings:
@@ -28,9 +31,26 @@ def settings_from_json(text: str) -> GatewaySettings:
     return GatewaySettings(**raw)
 
 
+def tune_gc() -> None:
+    """Settings of the cyclic garbage collector for a long-running gateway process.
+
+    Everything created while starting (modules, the app) moves to the permanent generation,
+    so full collections no longer walk it; and the youngest generation is collected every
+    50 000 allocations instead of every 700. A push or a pull page allocates thousands of
+    short-lived objects (deltas, row states, response dicts) that reference counting frees
+    anyway; with the defaults, collections triggered by them took half the time of decoding
+    the rows of a 1 000-row page. Memory held by cycles is still reclaimed, just later.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def app() -> ProtocolHeadersMiddleware:
     """uvicorn factory."""
     text = os.environ.get(CONFIG_ENV)
     if not text:
         raise RuntimeError(f"{CONFIG_ENV} is not set; start the gateway with `lakesync gateway`")
-    return create_app(settings_from_json(text))
+    built = create_app(settings_from_json(text))
+    tune_gc()
+    return built

@@ -4,6 +4,8 @@ pull semantics visible over HTTP (ARCHITECTURE.md §3–§4, §8–§9)."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -60,6 +62,23 @@ def test_create_app_emits_no_warnings(tmp_path: Any) -> None:
         warnings.simplefilter("always")
         create_app(settings)
     assert [str(w.message) for w in caught] == []
+
+
+def test_the_uvicorn_factory_freezes_startup_objects_and_raises_gc_thresholds(
+    tmp_path: Any,
+) -> None:
+    # in a child process: the factory changes the collector settings of its process
+    code = (
+        "import gc, json, os\n"
+        "from gateway import asgi\n"
+        f"os.environ[asgi.CONFIG_ENV] = json.dumps({{'wal_url': 'sqlite:///{tmp_path}/w.db',"
+        " 'auth_enabled': False})\n"
+        "asgi.app()\n"
+        "assert gc.get_threshold() == asgi.GC_THRESHOLDS, gc.get_threshold()\n"
+        "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_auth_on_without_secret_is_a_configuration_error(tmp_path: Any) -> None:
