@@ -94,8 +94,12 @@ class RowState(
         """The newest stamp in the row (over its columns and its delete)."""
         hlc, client = self.delete_hlc, self.delete_client
         for col in self.columns.values():
-            if stamp_gt(col.hlc, col.client_id, hlc, client):
-                hlc, client = col.hlc, col.client_id
+            # stamp_gt(col.hlc, col.client_id, hlc, client), inline: pulls call this per row
+            h = col.hlc
+            if h > hlc or (
+                h == hlc and col.client_id != client and js_string_lt(client, col.client_id)
+            ):
+                hlc, client = h, col.client_id
         return hlc, client
 
     def copy(self) -> RowState:

@@ -552,13 +552,26 @@ class SyncService:
                 }
             ]
         names, name_set = cfg.delivered_columns(row.table)
-        extra = [n for n in state.columns if n not in name_set]
+        cols = state.columns
         if stamped:
-            columns = [
-                {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
-                for n in (*names, *extra)
-                if (c := state.columns.get(n)) is not None
-            ]
+            columns: list[dict[str, Any]] = []
+            texts: dict[int, str] = {}  # each distinct stamp of the row, as text (usually one)
+            for n in names:
+                c = cols.get(n)
+                if c is not None:
+                    h = c.hlc
+                    text = texts.get(h)
+                    if text is None:
+                        text = texts[h] = str(h)
+                    columns.append(
+                        {"column": n, "value": c.value, "hlc": text, "clientId": c.client_id}
+                    )
+            if len(columns) < len(cols):  # columns outside the table's known ones, after them
+                columns.extend(
+                    {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
+                    for n, c in cols.items()
+                    if n not in name_set
+                )
             return [
                 {
                     "op": INSERT,
@@ -572,7 +585,7 @@ class SyncService:
                     "deleteClientId": state.delete_client,
                 }
             ]
-        cols = state.columns
+        extra = [n for n in cols if n not in name_set]
         tail = f"{row.row_key}\0{row.position}".encode()  # the delivery ids' common part
         full = [
             {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}

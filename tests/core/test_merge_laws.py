@@ -235,3 +235,16 @@ def test_row_state_encoding_round_trip() -> None:
     )
     assert decode_row_state(encode_row_state(state)) == state
     assert decode_row_state(encode_row_state(RowState())) == RowState()
+
+
+@given(delta_lists)
+def test_newest_stamp_is_the_greatest_stamp_of_the_row(deltas: list[RowDelta]) -> None:
+    states: dict[str, RowState] = {}
+    for d in deltas:
+        states[d.row_id] = merge_delta(states.get(d.row_id), d).state
+    for state in states.values():
+        best = (state.delete_hlc, state.delete_client)
+        for col in state.columns.values():
+            if stamp_gt(col.hlc, col.client_id, *best):
+                best = (col.hlc, col.client_id)
+        assert state.newest_stamp() == best
