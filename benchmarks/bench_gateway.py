@@ -727,10 +727,12 @@ def run_pulls(
     sizes: list[int] = []
     short = 0
     c0 = w0 = None
+    own0 = 0.0
     for i in range(samples + 5):  # 5 warm-up pulls, not recorded
         if i == 5:
             c0 = cpu_snapshot(server.proc.pid if server.proc else None)
             w0 = time.perf_counter()
+            own0 = time.process_time()  # this client's own CPU (it decodes every page)
         since = rnd.randint(0, hi)
         path = f"/v1/sync/{GW}/pull?since={since}&clientId={client}&limit={limit}{fmt}"
         ts = time.perf_counter()
@@ -750,6 +752,7 @@ def run_pulls(
     assert c0 is not None and w0 is not None
     wall = time.perf_counter() - w0
     c1 = cpu_snapshot(server.proc.pid if server.proc else None)
+    own = time.process_time() - own0
     conn.close()
     return {
         "format": "stamped" if stamped else "ts",
@@ -761,7 +764,7 @@ def run_pulls(
         "page_bytes": int(statistics.fmean(sizes)),
         "short_pages": short,
         "server_cpu_ms_per_page": round(1000 * (c1["server"] - c0["server"]) / samples, 2),
-        **cpu_delta(c0, c1, wall),
+        **cpu_delta(c0, c1, wall, own),
     }
 
 
@@ -1547,6 +1550,7 @@ def report(result: dict[str, Any]) -> str:
                     "KiB/page",
                     "srv cpu ms/page",
                     "srv cpu",
+                    "client cpu",
                     "pg cpu",
                     "other cpu",
                     "steal",
@@ -1563,6 +1567,7 @@ def report(result: dict[str, Any]) -> str:
                         p["page_bytes"] / 1024,
                         p["server_cpu_ms_per_page"],
                         p["server_cpu_cores"],
+                        p["generator_cpu_cores"],
                         p["postgres_cpu_cores"],
                         p["other_cpu_cores"],
                         p["steal_cores"],
