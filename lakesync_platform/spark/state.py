@@ -53,14 +53,12 @@ __all__ = [
     "StateResult",
     "fold_log",
     "merge_states",
-    "parse_log_columns",
     "state_table_exists",
     "state_watermark",
     "update_state",
 ]
 
 _SPLIT = str(8 << 20)
-_STRING_MARK = "\u0001"
 _MARK_REPLACEMENT = "$1\\\\u0001"
 """regexp_replace replacement: the captured prefix, then the JSON escape of U+0001."""
 # msgspec writes each effective column as {"column":"<ident>","value":<json>} (compact, in that
@@ -142,17 +140,9 @@ _ENTRY_TYPE = "'array<struct<column:string,value:string>>'"
 
 
 def _parsed_columns(json_columns: list[str]) -> str:
-    """SQL: the entry's ``columns`` as ``map<column, raw JSON token text>`` (see
-    :func:`parse_log_columns`)."""
+    """SQL: the entry's ``columns`` as ``map<column, raw JSON token text>``; deletes get an
+    empty map, string values of ``json_columns`` start with U+0001."""
     return f"map_from_entries(from_json({_marked_text(json_columns)}, {_ENTRY_TYPE}))"
-
-
-def parse_log_columns(log: DataFrame, json_columns: list[str] | None = None) -> DataFrame:
-    """Pure: add ``_m``, the entry's columns as ``map<column, raw JSON token text>``.
-
-    Deletes get an empty map. String values of ``json_columns`` are prefixed with U+0001.
-    """
-    return log.selectExpr("*", f"{_parsed_columns(json_columns or [])} AS _m")
 
 
 def _finish(schema: TableSchema) -> tuple[list[str], list[str]]:

@@ -58,7 +58,6 @@ _TAG_BITS = 22
 _SCAN_CHUNK = 2000
 _CONFIG_TTL_S = 1.0
 _json_encode = msgspec.json.Encoder().encode
-_sha256 = hashlib.sha256
 
 
 def compose_cursor(tag: int, position: int) -> int:
@@ -166,9 +165,6 @@ class _Prepared:
     may_add_columns: list[bool]
 
 
-_state_encode = msgspec.json.Encoder().encode
-
-
 def _prepare(
     cfg: _GatewayConfig,
     client_id: str,
@@ -210,7 +206,7 @@ def _prepare(
         row = {c.column: (c.value, hlc, cid) for c in cols}
         # the RowState encoding (core.merge) of a row that holds exactly this write
         prep.new_row_json.append(
-            _state_encode({"c": row, "dh": 0, "dc": ""}).decode() if len(row) == len(cols) else None
+            _json_encode({"c": row, "dh": 0, "dc": ""}).decode() if len(row) == len(cols) else None
         )
         table_known = known.get(d.table)
         prep.may_add_columns.append(
@@ -234,8 +230,14 @@ def _fits(col_type: str | None, value: Any) -> bool:
     return False
 
 
+def _delivery_ids(key: str, position: int, *kinds: bytes) -> list[str]:
+    """The delivery ids of one row version, one per kind (the row part is encoded once)."""
+    tail = f"{key}\0{position}".encode()
+    return [hashlib.sha256(kind + tail).hexdigest() for kind in kinds]
+
+
 def _delivery_id(kind: bytes, key: str, position: int) -> str:
-    return hashlib.sha256(kind + f"{key}\0{position}".encode()).hexdigest()
+    return _delivery_ids(key, position, kind)[0]
 
 
 class SyncService:
@@ -586,7 +588,7 @@ class SyncService:
                 }
             ]
         extra = [n for n in cols if n not in name_set]
-        tail = f"{row.row_key}\0{row.position}".encode()  # the delivery ids' common part
+        clear_id, insert_id = _delivery_ids(row.row_key, row.position, b"C", b"I")
         full = [
             {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}
             for n in (*names, *extra)
@@ -599,7 +601,7 @@ class SyncService:
                 "clientId": client,
                 "columns": [],
                 "hlc": "0",
-                "deltaId": _sha256(b"C" + tail).hexdigest(),
+                "deltaId": clear_id,
             },
             {
                 "op": INSERT,
@@ -608,7 +610,7 @@ class SyncService:
                 "clientId": client,
                 "columns": full,
                 "hlc": str(hlc),
-                "deltaId": _sha256(b"I" + tail).hexdigest(),
+                "deltaId": insert_id,
             },
         ]
 

@@ -483,7 +483,12 @@ class WriteAheadLog:
         ``synchronous_commit=off``) — durable across a crash of the gateway, not a power cut.
         """
         with self.bookkeeping() as conn:
-            conn.exec_driver_sql(self._sql(_RECORD_PULL), (gw, client_id, since, now_ms))
+            self._record_pull_in(conn, gw, client_id, since, now_ms)
+
+    def _record_pull_in(
+        self, conn: Connection, gw: str, client_id: str, since: int, now_ms: int
+    ) -> None:
+        conn.exec_driver_sql(self._sql(_RECORD_PULL), (gw, client_id, since, now_ms))
 
     @contextmanager
     def pull_read(self, gw: str, client_id: str, since: int, now_ms: int) -> Iterator[Connection]:
@@ -499,7 +504,7 @@ class WriteAheadLog:
                 yield conn
             return
         with self.bookkeeping() as conn:
-            conn.exec_driver_sql(self._sql(_RECORD_PULL), (gw, client_id, since, now_ms))
+            self._record_pull_in(conn, gw, client_id, since, now_ms)
             yield conn
 
     @contextmanager
