@@ -230,14 +230,13 @@ def _fits(col_type: str | None, value: Any) -> bool:
     return False
 
 
-def _delivery_ids(key: str, position: int, *kinds: bytes) -> list[str]:
-    """The delivery ids of one row version, one per kind (the row part is encoded once)."""
-    tail = f"{key}\0{position}".encode()
-    return [hashlib.sha256(kind + tail).hexdigest() for kind in kinds]
+def _delivery_id(kind: str, key: str, position: int) -> str:
+    """The delivery id of one version (``position``) of a row, for one kind of delivery.
 
-
-def _delivery_id(kind: bytes, key: str, position: int) -> str:
-    return _delivery_ids(key, position, kind)[0]
+    The SHA-256 of ``kind``, the row key, NUL and the position, as hex (one string built and
+    encoded per id: pulls compute one or two per row).
+    """
+    return hashlib.sha256(f"{kind}{key}\0{position}".encode()).hexdigest()
 
 
 class SyncService:
@@ -550,24 +549,17 @@ class SyncService:
                     "clientId": client,
                     "columns": [],
                     "hlc": str(hlc),
-                    "deltaId": _delivery_id(b"D", row.row_key, row.position),
+                    "deltaId": _delivery_id("D", row.row_key, row.position),
                 }
             ]
         names, name_set = cfg.delivered_columns(row.table)
         cols = state.columns
         if stamped:
-            columns: list[dict[str, Any]] = []
-            texts: dict[int, str] = {}  # each distinct stamp of the row, as text (usually one)
-            for n in names:
-                c = cols.get(n)
-                if c is not None:
-                    h = c.hlc
-                    text = texts.get(h)
-                    if text is None:
-                        text = texts[h] = str(h)
-                    columns.append(
-                        {"column": n, "value": c.value, "hlc": text, "clientId": c.client_id}
-                    )
+            columns = [
+                {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
+                for n in names
+                if (c := cols.get(n)) is not None
+            ]
             if len(columns) < len(cols):  # columns outside the table's known ones, after them
                 columns.extend(
                     {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
@@ -582,13 +574,12 @@ class SyncService:
                     "clientId": client,
                     "columns": columns,
                     "hlc": str(hlc),
-                    "deltaId": _delivery_id(b"S", row.row_key, row.position),
+                    "deltaId": _delivery_id("S", row.row_key, row.position),
                     "deleteHlc": str(state.delete_hlc),
                     "deleteClientId": state.delete_client,
                 }
             ]
         extra = [n for n in cols if n not in name_set]
-        clear_id, insert_id = _delivery_ids(row.row_key, row.position, b"C", b"I")
         full = [
             {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}
             for n in (*names, *extra)
@@ -601,7 +592,7 @@ class SyncService:
                 "clientId": client,
                 "columns": [],
                 "hlc": "0",
-                "deltaId": clear_id,
+                "deltaId": _delivery_id("C", row.row_key, row.position),
             },
             {
                 "op": INSERT,
@@ -610,7 +601,7 @@ class SyncService:
                 "clientId": client,
                 "columns": full,
                 "hlc": str(hlc),
-                "deltaId": insert_id,
+                "deltaId": _delivery_id("I", row.row_key, row.position),
             },
         ]
 
