@@ -163,10 +163,8 @@ async def pull(request: Request[Any, Any, Any], gw: FromPath[str]) -> Response[b
         claims=ident.claims,
         stamped=fmt == "stamped",
     )
-    state.metrics.observe_pull(len(page.deltas))
-    return _json(
-        {"deltas": page.deltas, "serverHlc": str(page.server_hlc), "hasMore": page.has_more}
-    )
+    state.metrics.observe_pull(len(page.wire))
+    return _json({"deltas": page.wire, "serverHlc": str(page.server_hlc), "hasMore": page.has_more})
 
 
 @get("/v1/sync/{gw:str}/checkpoint")

@@ -46,7 +46,15 @@ from ..core.merge import RowState, encode_row_state, merge_delta
 from ..core.schema import TableSchema, check_delta
 from ..core.sync_rules import Claims, ClientView, SyncRules, sync_rules_to_json
 from .group_commit import GroupCommitter
-from .model import PullPage, PushResult, WalEntry
+from .model import (
+    PulledColumn,
+    PulledDelta,
+    PullPage,
+    PushResult,
+    StampedColumn,
+    StampedInsert,
+    WalEntry,
+)
 from .store import RowRecord, StoredRow, WriteAheadLog, encode_columns
 
 __all__ = ["POSITION_BITS", "SyncService", "compose_cursor", "split_cursor"]
@@ -474,7 +482,7 @@ class SyncService:
         resync = since_tag != tag
         start = 0 if resync else since_pos
 
-        out: list[dict[str, Any]] = []
+        out: list[PulledDelta | StampedInsert] = []
         pending_marks: list[tuple[str, bool]] = []
         last_pos = start
         has_more = False
@@ -537,72 +545,49 @@ class SyncService:
 
     def _encode_row(
         self, cfg: _GatewayConfig, row: StoredRow, visible: bool, stamped: bool
-    ) -> list[dict[str, Any]]:
+    ) -> list[PulledDelta | StampedInsert]:
         state = row.state
         hlc, client = state.newest_stamp()
         if not visible:
-            return [
-                {
-                    "op": DELETE,
-                    "table": row.table,
-                    "rowId": row.row_id,
-                    "clientId": client,
-                    "columns": [],
-                    "hlc": str(hlc),
-                    "deltaId": _delivery_id("D", row.row_key, row.position),
-                }
-            ]
+            delta_id = _delivery_id("D", row.row_key, row.position)
+            return [PulledDelta(DELETE, row.table, row.row_id, client, [], str(hlc), delta_id)]
         names, name_set = cfg.delivered_columns(row.table)
         cols = state.columns
         if stamped:
             columns = [
-                {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
+                StampedColumn(n, c.value, str(c.hlc), c.client_id)
                 for n in names
                 if (c := cols.get(n)) is not None
             ]
             if len(columns) < len(cols):  # columns outside the table's known ones, after them
                 columns.extend(
-                    {"column": n, "value": c.value, "hlc": str(c.hlc), "clientId": c.client_id}
+                    StampedColumn(n, c.value, str(c.hlc), c.client_id)
                     for n, c in cols.items()
                     if n not in name_set
                 )
             return [
-                {
-                    "op": INSERT,
-                    "table": row.table,
-                    "rowId": row.row_id,
-                    "clientId": client,
-                    "columns": columns,
-                    "hlc": str(hlc),
-                    "deltaId": _delivery_id("S", row.row_key, row.position),
-                    "deleteHlc": str(state.delete_hlc),
-                    "deleteClientId": state.delete_client,
-                }
+                StampedInsert(
+                    INSERT,
+                    row.table,
+                    row.row_id,
+                    client,
+                    columns,
+                    str(hlc),
+                    _delivery_id("S", row.row_key, row.position),
+                    str(state.delete_hlc),
+                    state.delete_client,
+                )
             ]
         extra = [n for n in cols if n not in name_set]
         full = [
-            {"column": n, "value": (c.value if (c := cols.get(n)) is not None else None)}
+            PulledColumn(n, c.value if (c := cols.get(n)) is not None else None)
             for n in (*names, *extra)
         ]
+        clear_id = _delivery_id("C", row.row_key, row.position)
+        insert_id = _delivery_id("I", row.row_key, row.position)
         return [
-            {
-                "op": DELETE,
-                "table": row.table,
-                "rowId": row.row_id,
-                "clientId": client,
-                "columns": [],
-                "hlc": "0",
-                "deltaId": _delivery_id("C", row.row_key, row.position),
-            },
-            {
-                "op": INSERT,
-                "table": row.table,
-                "rowId": row.row_id,
-                "clientId": client,
-                "columns": full,
-                "hlc": str(hlc),
-                "deltaId": _delivery_id("I", row.row_key, row.position),
-            },
+            PulledDelta(DELETE, row.table, row.row_id, client, [], "0", clear_id),
+            PulledDelta(INSERT, row.table, row.row_id, client, full, str(hlc), insert_id),
         ]
 
     def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
