@@ -42,7 +42,6 @@ from .layout import (
     q,
     state_columns,
     synced_columns,
-    table_exists,
 )
 from .snapshots import current_snapshot
 
@@ -53,7 +52,6 @@ __all__ = [
     "StateResult",
     "fold_log",
     "merge_states",
-    "state_table_exists",
     "state_watermark",
     "update_state",
 ]
@@ -344,10 +342,3 @@ def update_state(
         int(stats["live"]),
         clock() - started,
     )
-
-
-def state_table_exists(spark: SparkSession, gw: str, table: str) -> bool:
-    """Whether ``table`` has a state table in ``gw``'s namespace."""
-    from .layout import state_table
-
-    return table_exists(spark, state_table(gw, table))
