@@ -95,6 +95,44 @@ def test_sqlite_checkpoint_restarts_a_long_log_under_the_writer_lock(tmp_path: P
     wal.close()
 
 
+def test_sqlite_checkpoint_catches_up_before_it_restarts_under_the_lock(tmp_path: Path) -> None:
+    """Frames committed while a passive checkpoint runs are copied by another passive one
+    before the restart takes the writer lock (the restart then copies little)."""
+    path = tmp_path / "wal.db"
+    wal = WriteAheadLog.open(f"sqlite:///{path}")
+    ckpt = wal._checkpointer
+    assert ckpt is not None
+    ckpt.close()  # no background checkpoints: this test runs them itself
+    raw = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    calls: list[str] = []
+    # as if a push committed while each of the first two checkpoints ran: a large one (well
+    # over the catch-up threshold in frames), then a small one
+    during = {1: (1000, 4000), 2: (5000, 10)}
+
+    class Recording:
+        """Records the checkpoints run through it."""
+
+        def execute(self, sql: str) -> sqlite3.Cursor:
+            calls.append(sql.split("(")[1].rstrip(")"))
+            cursor = raw.execute(sql)
+            if len(calls) in during and calls[-1] == "PASSIVE":  # (a restart holds the lock)
+                _push_rows(wal, "gw", *during[len(calls)])
+            return cursor
+
+    try:
+        _push_rows(wal, "gw", 0, 500)
+        ckpt._restart_frames = 1
+        busy, frames, done = ckpt.checkpoint(Recording())  # type: ignore[arg-type]
+        assert busy == 0 and done == frames
+        # the first catch-up pass copied the large push made during the first checkpoint,
+        # the second only the small one made during the first pass: then the restart
+        assert calls == ["PASSIVE", "PASSIVE", "PASSIVE", "RESTART"]
+    finally:
+        raw.close()
+    assert wal.stats("gw").row_count == 4510
+    wal.close()
+
+
 def test_unreachable_database_is_a_clear_adapter_error() -> None:
     with pytest.raises(AdapterError, match="Cannot open the WAL"):
         WriteAheadLog.open("postgresql+psycopg://nobody@127.0.0.1:1/none")
