@@ -498,11 +498,11 @@ class SyncService:
                 chunk = self.wal.scan_rows(conn, gw, after, chunk_size)
                 if not chunk:
                     break
-                tracked = [
-                    r.row_key
-                    for r in chunk
-                    if cfg.has_filters and not view.table_unfiltered(r.table)
-                ]
+                tracked = (
+                    [r.row_key for r in chunk if not view.table_unfiltered(r.table)]
+                    if cfg.has_filters
+                    else []
+                )
                 records = self.wal.client_records(conn, gw, client_id, tracked) if tracked else {}
                 for row in chunk:
                     table = row.table

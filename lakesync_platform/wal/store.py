@@ -827,6 +827,12 @@ class _SqliteWriterLock:
                 self._fd = None
 
 
+_CATCH_UP_ROUNDS = 8
+"""Passive checkpoints at most, after the first, before a restart takes the writer lock."""
+_CATCH_UP_FRAMES = 512
+"""A catch-up pass that copied fewer frames than this leaves little for the restart."""
+
+
 class _SqliteCheckpointer:
     """Checkpoints a SQLite WAL on a background thread, off the commit path.
 
@@ -926,10 +932,6 @@ class _SqliteCheckpointer:
             with self._writer_lock:
                 busy, frames, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
         return int(busy), int(frames), int(done)
-
-
-_CATCH_UP_ROUNDS = 8
-_CATCH_UP_FRAMES = 512
 
 
 def _configure_sqlite(engine: Engine, *, immediate: bool, synchronous: str = "FULL") -> None:
