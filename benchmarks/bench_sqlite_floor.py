@@ -9,18 +9,25 @@ connection settings of ``WriteAheadLog`` (``synchronous=FULL``, no automatic che
 passive checkpoint every 50 ms on a second connection, as the gateway's checkpoint thread does.
 No HTTP, no Python-side merge, no JSON decoding.
 
-It prints, per stored size, microseconds per delta for each step and in total, and writes them
-to ``benchmarks/results/sqlite_floor.json`` (``--out``).
+All sizes are filled first, then timed in interleaved rounds of 8 pushes each, so that the
+machine's speed drift weighs on every size alike; before each round the WAL is checkpointed
+and the disk flushed (``sync``), so no round pays for another's pending writes. It prints, per
+stored size, microseconds per delta for each step and in total, and writes them to
+``benchmarks/results/sqlite_floor.json`` (``--out``). ``--synchronous``, ``--page-size`` and
+``--checkpoint-every`` change the corresponding setting for experiments (the product uses FULL,
+4096 and 0.05 s).
 
 Usage (from the repository root):
-    .venv/bin/python benchmarks/bench_sqlite_floor.py                  # 10k and 1M, ~2 min
+    .venv/bin/python benchmarks/bench_sqlite_floor.py                  # 10k and 1M, ~3 min
     .venv/bin/python benchmarks/bench_sqlite_floor.py --sizes 10000,100000
+    .venv/bin/python benchmarks/bench_sqlite_floor.py --synchronous OFF   # no fsync at all
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sqlite3
 import statistics
@@ -64,6 +71,8 @@ COLUMNS = json.dumps(
     separators=(",", ":"),
 )
 STEPS = ("claim_ids", "load_rows", "insert", "commit")
+SYNCHRONOUS = "FULL"
+CHECKPOINT_EVERY = 0.05
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -71,7 +80,7 @@ def connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     for pragma in (
         "journal_mode=WAL",
-        "synchronous=FULL",
+        f"synchronous={SYNCHRONOUS}",
         "cache_size=-131072",
         "mmap_size=1073741824",
         "wal_autocheckpoint=0",
@@ -148,75 +157,118 @@ class Pusher:
             self.spent[step] += dt
 
 
-def measure(work: Path, stored: int, pushes: int) -> dict[str, Any]:
-    """Fill a fresh WAL with ``stored`` deltas, then time ``pushes`` pushes."""
-    path = work / f"floor_{stored}.db"
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        tables.migrate(conn, 0)
-        conn.exec_driver_sql(
-            "INSERT INTO wal_gateways (gateway_id, last_cursor, appended_bytes, flush_watermark,"
-            " flushed_bytes, created_ms) VALUES (?, 0, 0, 0, 0, 0)",
-            (GW,),
-        )
-    engine.dispose()
-    conn = connect(path)
-    pusher = Pusher(conn, seed=stored)
-    t = time.perf_counter()
-    for _ in range(stored // BATCH):
-        pusher.push()
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    fill_s = time.perf_counter() - t
+class Store:
+    """One WAL database filled with ``stored`` deltas, its pusher and its checkpoint thread."""
 
-    checkpointer = connect(path)
-    stop = threading.Event()
+    def __init__(self, work: Path, stored: int, page_size: int) -> None:
+        self.stored = stored
+        self.path = work / f"floor_{stored}.db"
+        with sqlite3.connect(self.path) as first:  # the page size is fixed by the first write
+            first.execute(f"PRAGMA page_size={page_size}")
+            first.execute("VACUUM")
+        engine = create_engine(f"sqlite:///{self.path}")
+        with engine.begin() as conn:
+            tables.migrate(conn, 0)
+            conn.exec_driver_sql(
+                "INSERT INTO wal_gateways (gateway_id, last_cursor, appended_bytes,"
+                " flush_watermark, flushed_bytes, created_ms) VALUES (?, 0, 0, 0, 0, 0)",
+                (GW,),
+            )
+        engine.dispose()
+        self.conn = connect(self.path)
+        self.pusher = Pusher(self.conn, seed=stored)
+        t = time.perf_counter()
+        for _ in range(stored // BATCH):
+            self.pusher.push()
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.fill_s = time.perf_counter() - t
+        self.times: list[float] = []
+        self.checkpointer = connect(self.path)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._checkpoints, daemon=True)
+        self.thread.start()
 
-    def checkpoints() -> None:
-        while not stop.wait(0.05):
-            checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    def _checkpoints(self) -> None:
+        while not self.stop.wait(CHECKPOINT_EVERY):
+            self.checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
-    thread = threading.Thread(target=checkpoints, daemon=True)
-    thread.start()
-    try:
-        for _ in range(10):  # warm the caches
-            pusher.push()
-        pusher.spent = dict.fromkeys(STEPS, 0.0)
-        times = []
-        for _ in range(pushes):
+    def push(self, times: int, *, timed: bool = True) -> None:
+        for _ in range(times):
             t = time.perf_counter()
-            pusher.push()
-            times.append(time.perf_counter() - t)
-    finally:
-        stop.set()
-        thread.join()
-        checkpointer.close()
-        conn.close()
+            self.pusher.push()
+            if timed:
+                self.times.append(time.perf_counter() - t)
+
+    def settle(self) -> None:
+        """Checkpoint everything and let the disk flush, so a round starts from a clean state
+        (the previous round's pending writes would otherwise slow down this one)."""
+        # RESTART, not TRUNCATE: the -wal file keeps its size, as in steady operation (a
+        # truncated one must grow again, and every commit would then also sync its metadata).
+        self.conn.execute("PRAGMA wal_checkpoint(RESTART)")
+        os.sync()
+        time.sleep(0.2)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.checkpointer.close()
+        self.conn.close()
         for suffix in ("", "-wal", "-shm"):
-            Path(f"{path}{suffix}").unlink(missing_ok=True)
-    deltas = pushes * BATCH
-    return {
-        "stored": stored,
-        "fill_s": round(fill_s, 1),
-        "pushes": pushes,
-        "us_per_delta": round(sum(times) / deltas * 1e6, 1),
-        "median_push_ms": round(statistics.median(times) * 1e3, 2),
-        "steps_us_per_delta": {k: round(v / deltas * 1e6, 1) for k, v in pusher.spent.items()},
-    }
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def result(self) -> dict[str, Any]:
+        deltas = len(self.times) * BATCH
+        spent = self.pusher.spent
+        return {
+            "stored": self.stored,
+            "fill_s": round(self.fill_s, 1),
+            "pushes": len(self.times),
+            "us_per_delta": round(sum(self.times) / deltas * 1e6, 1),
+            "median_push_ms": round(statistics.median(self.times) * 1e3, 2),
+            "steps_us_per_delta": {k: round(v / deltas * 1e6, 1) for k, v in spent.items()},
+        }
+
+
+def measure(work: Path, sizes: list[int], pushes: int, page_size: int) -> list[dict[str, Any]]:
+    """Fill one WAL per size, then time ``pushes`` pushes on each, interleaved in rounds of
+    ``_ROUND`` pushes so that the machine's drift weighs on every size alike."""
+    stores = []
+    try:
+        for stored in sizes:
+            stores.append(Store(work, stored, page_size))
+        for store in stores:  # warm the caches
+            store.push(10, timed=False)
+            store.pusher.spent = dict.fromkeys(STEPS, 0.0)
+        for _ in range(max(1, pushes // _ROUND)):
+            for store in stores:
+                store.settle()
+                store.push(_ROUND)
+        return [store.result() for store in stores]
+    finally:
+        for store in stores:
+            store.close()
+
+
+_ROUND = 8
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="10000,1000000")
     parser.add_argument("--pushes", type=int, default=80)
+    parser.add_argument("--page-size", type=int, default=4096)
+    parser.add_argument("--checkpoint-every", type=float, default=0.05, help="seconds")
+    parser.add_argument("--synchronous", choices=("FULL", "NORMAL", "OFF"), default="FULL")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sqlite_floor.json"))
     args = parser.parse_args()
-    results = []
+    global SYNCHRONOUS, CHECKPOINT_EVERY
+    SYNCHRONOUS, CHECKPOINT_EVERY = args.synchronous, args.checkpoint_every
+    sizes = [int(v) for v in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="lakesync-floor-") as tmp:
-        for stored in (int(s) for s in args.sizes.split(",")):
-            r = measure(Path(tmp), stored, args.pushes)
-            results.append(r)
-            steps = "  ".join(f"{k} {v}" for k, v in r["steps_us_per_delta"].items())
-            print(f"{stored:>9,} stored: {r['us_per_delta']} us/delta ({steps})", flush=True)
+        results = measure(Path(tmp), sizes, args.pushes, args.page_size)
+    for r in results:
+        steps = "  ".join(f"{k} {v}" for k, v in r["steps_us_per_delta"].items())
+        print(f"{r['stored']:>9,} stored: {r['us_per_delta']} us/delta ({steps})", flush=True)
     base = results[0]["us_per_delta"]
     for r in results[1:]:
         r["slowdown_vs_first"] = round(r["us_per_delta"] / base - 1, 3)
@@ -224,7 +276,13 @@ def main() -> None:
         print(f"{r['stored']:>9,} stored: {r['slowdown_vs_first']:.0%} slower than {first:,}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"batch": BATCH, "results": results}, indent=2))
+    settings = {
+        "batch": BATCH,
+        "page_size": args.page_size,
+        "synchronous": args.synchronous,
+        "checkpoint_every_s": args.checkpoint_every,
+    }
+    out.write_text(json.dumps({**settings, "results": results}, indent=2))
     print(f"JSON: {out}")
 
 
