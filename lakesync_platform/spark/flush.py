@@ -87,20 +87,19 @@ class FlushResult:
 
 def wal_to_log(entries: DataFrame) -> DataFrame:
     """Pure transform: WAL rows (as read by ``read_wal_entries``) → change-log rows."""
-    from pyspark.sql import functions as F
-
-    return entries.select(
-        F.col("cursor"),
-        F.col("delta_id"),
-        F.col("tbl").alias("table"),
-        F.col("row_id"),
-        F.col("op"),
-        F.col("client_id"),
-        F.col("hlc"),
-        F.col("columns"),
-        F.col("ingest_ms"),
-        F.timestamp_millis(F.col("ingest_ms")).alias("ingest_ts"),
-        F.col("size"),
+    # SQL text: one py4j call, where Column objects cost one per column and function.
+    return entries.selectExpr(
+        "`cursor`",
+        "delta_id",
+        "tbl AS `table`",
+        "row_id",
+        "op",
+        "client_id",
+        "hlc",
+        "`columns`",
+        "ingest_ms",
+        "timestamp_millis(ingest_ms) AS ingest_ts",
+        "size",
     )
 
 

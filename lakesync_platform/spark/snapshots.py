@@ -8,6 +8,7 @@ refreshes the table first, so commits made by other processes are seen.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,14 +43,20 @@ def load_table(spark: SparkSession, qualified: str) -> Any:
     return table
 
 
-def _info(snapshot: Any) -> SnapshotInfo:
-    return SnapshotInfo(int(snapshot.snapshotId()), dict(snapshot.summary()))
+def _info(spark: SparkSession, snapshot: Any) -> SnapshotInfo:
+    # One call for the whole snapshot as JSON: converting the Java summary map to a dict costs
+    # a py4j round trip per entry (~30 ms for a Spark commit's summary, against ~2 ms).
+    jvm: Any = spark._jvm
+    parsed = json.loads(jvm.org.apache.iceberg.SnapshotParser.toJson(snapshot))
+    summary = parsed.get("summary", {})
+    summary.pop("operation", None)  # the JSON form adds it; the summary map does not hold it
+    return SnapshotInfo(int(parsed["snapshot-id"]), {k: str(v) for k, v in summary.items()})
 
 
 def current_snapshot(spark: SparkSession, qualified: str) -> SnapshotInfo | None:
     """The table's current snapshot (``None`` while the table has none)."""
     snapshot = load_table(spark, qualified).currentSnapshot()
-    return None if snapshot is None else _info(snapshot)
+    return None if snapshot is None else _info(spark, snapshot)
 
 
 def ancestors(spark: SparkSession, qualified: str) -> Iterator[SnapshotInfo]:
@@ -57,6 +64,6 @@ def ancestors(spark: SparkSession, qualified: str) -> Iterator[SnapshotInfo]:
     table = load_table(spark, qualified)
     snapshot = table.currentSnapshot()
     while snapshot is not None:
-        yield _info(snapshot)
+        yield _info(spark, snapshot)
         parent = snapshot.parentId()
         snapshot = None if parent is None else table.snapshot(parent)
