@@ -102,3 +102,29 @@ def test_jdbc_source_urls(tmp_path: Path) -> None:
     assert jdbc_source("sqlite:////x/wal.db").url == "jdbc:sqlite:/x/wal.db"
     pg = jdbc_source("postgresql+psycopg://u:p@h:5433/db")
     assert (pg.url, pg.user, pg.password) == ("jdbc:postgresql://h:5433/db", "u", "p")
+
+
+def test_snapshot_reader_returns_the_java_summaries_of_the_lineage(
+    spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, pusher: Pusher
+) -> None:
+    from lakesync_platform.spark.snapshots import ancestors, current_snapshot, load_table
+
+    source = jdbc_source(wal_url)
+    pusher.write("a", "r1", title="x")
+    flush_gateway(spark, wal, source, gw)
+    pusher.write("a", "r2", title="y")
+    flush_gateway(spark, wal, source, gw)
+    name = deltas_table(gw)
+    table = load_table(spark, name)
+    java = []
+    snapshot = table.currentSnapshot()
+    while snapshot is not None:
+        java.append((int(snapshot.snapshotId()), dict(snapshot.summary())))
+        parent = snapshot.parentId()
+        snapshot = None if parent is None else table.snapshot(parent)
+    ours = [(s.snapshot_id, s.summary) for s in ancestors(spark, name)]
+    assert len(ours) == 2 and ours == java
+    assert [summary["lakesync.wal.to"] for _, summary in ours] == ["2", "1"]
+    current = current_snapshot(spark, name)
+    assert current is not None and (current.snapshot_id, current.summary) == java[0]
+    assert "operation" not in current.summary and current.int_prop("added-records") == 1
