@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,16 +72,23 @@ COLUMNS = json.dumps(
     separators=(",", ":"),
 )
 STEPS = ("claim_ids", "load_rows", "insert", "commit")
-SYNCHRONOUS = "FULL"
-CHECKPOINT_EVERY = 0.05
 
 
-def connect(path: Path) -> sqlite3.Connection:
+@dataclass(frozen=True)
+class Settings:
+    """What an experiment may change; the defaults are the product's."""
+
+    page_size: int = 4096
+    synchronous: str = "FULL"
+    checkpoint_every: float = 0.05  # seconds between passive checkpoints
+
+
+def connect(path: Path, settings: Settings) -> sqlite3.Connection:
     """A connection configured as ``WriteAheadLog`` configures its writers."""
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     for pragma in (
         "journal_mode=WAL",
-        f"synchronous={SYNCHRONOUS}",
+        f"synchronous={settings.synchronous}",
         "cache_size=-131072",
         "mmap_size=1073741824",
         "wal_autocheckpoint=0",
@@ -160,11 +168,11 @@ class Pusher:
 class Store:
     """One WAL database filled with ``stored`` deltas, its pusher and its checkpoint thread."""
 
-    def __init__(self, work: Path, stored: int, page_size: int) -> None:
+    def __init__(self, work: Path, stored: int, settings: Settings) -> None:
         self.stored = stored
         self.path = work / f"floor_{stored}.db"
         with sqlite3.connect(self.path) as first:  # the page size is fixed by the first write
-            first.execute(f"PRAGMA page_size={page_size}")
+            first.execute(f"PRAGMA page_size={settings.page_size}")
             first.execute("VACUUM")
         engine = create_engine(f"sqlite:///{self.path}")
         with engine.begin() as conn:
@@ -175,7 +183,8 @@ class Store:
                 (GW,),
             )
         engine.dispose()
-        self.conn = connect(self.path)
+        self.settings = settings
+        self.conn = connect(self.path, settings)
         self.pusher = Pusher(self.conn, seed=stored)
         t = time.perf_counter()
         for _ in range(stored // BATCH):
@@ -183,13 +192,13 @@ class Store:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.fill_s = time.perf_counter() - t
         self.times: list[float] = []
-        self.checkpointer = connect(self.path)
+        self.checkpointer = connect(self.path, settings)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._checkpoints, daemon=True)
         self.thread.start()
 
     def _checkpoints(self) -> None:
-        while not self.stop.wait(CHECKPOINT_EVERY):
+        while not self.stop.wait(self.settings.checkpoint_every):
             self.checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def push(self, times: int, *, timed: bool = True) -> None:
@@ -229,13 +238,13 @@ class Store:
         }
 
 
-def measure(work: Path, sizes: list[int], pushes: int, page_size: int) -> list[dict[str, Any]]:
+def measure(work: Path, sizes: list[int], pushes: int, settings: Settings) -> list[dict[str, Any]]:
     """Fill one WAL per size, then time ``pushes`` pushes on each, interleaved in rounds of
     ``_ROUND`` pushes so that the machine's drift weighs on every size alike."""
     stores = []
     try:
         for stored in sizes:
-            stores.append(Store(work, stored, page_size))
+            stores.append(Store(work, stored, settings))
         for store in stores:  # warm the caches
             store.push(10, timed=False)
             store.pusher.spent = dict.fromkeys(STEPS, 0.0)
@@ -261,11 +270,10 @@ def main() -> None:
     parser.add_argument("--synchronous", choices=("FULL", "NORMAL", "OFF"), default="FULL")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sqlite_floor.json"))
     args = parser.parse_args()
-    global SYNCHRONOUS, CHECKPOINT_EVERY
-    SYNCHRONOUS, CHECKPOINT_EVERY = args.synchronous, args.checkpoint_every
+    settings = Settings(args.page_size, args.synchronous, args.checkpoint_every)
     sizes = [int(v) for v in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="lakesync-floor-") as tmp:
-        results = measure(Path(tmp), sizes, args.pushes, args.page_size)
+        results = measure(Path(tmp), sizes, args.pushes, settings)
     for r in results:
         steps = "  ".join(f"{k} {v}" for k, v in r["steps_us_per_delta"].items())
         print(f"{r['stored']:>9,} stored: {r['us_per_delta']} us/delta ({steps})", flush=True)
@@ -276,13 +284,8 @@ def main() -> None:
         print(f"{r['stored']:>9,} stored: {r['slowdown_vs_first']:.0%} slower than {first:,}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    settings = {
-        "batch": BATCH,
-        "page_size": args.page_size,
-        "synchronous": args.synchronous,
-        "checkpoint_every_s": args.checkpoint_every,
-    }
-    out.write_text(json.dumps({**settings, "results": results}, indent=2))
+    report = {"batch": BATCH, **asdict(settings), "results": results}
+    out.write_text(json.dumps(report, indent=2))
     print(f"JSON: {out}")
 
 

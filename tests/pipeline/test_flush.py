@@ -12,6 +12,7 @@ from lakesync_platform.core.schema import TableSchema
 from lakesync_platform.spark.flush import FlushResult, commit_flush, flush_gateway, plan_flush
 from lakesync_platform.spark.layout import DELTAS_TABLE, deltas_table
 from lakesync_platform.spark.session import pyiceberg_catalog
+from lakesync_platform.spark.snapshots import ancestors, current_snapshot, load_table
 from lakesync_platform.spark.state import update_state
 from lakesync_platform.spark.wal_source import jdbc_source
 from lakesync_platform.wal.store import WriteAheadLog
@@ -107,8 +108,6 @@ def test_jdbc_source_urls(tmp_path: Path) -> None:
 def test_snapshot_reader_returns_the_java_summaries_of_the_lineage(
     spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, pusher: Pusher
 ) -> None:
-    from lakesync_platform.spark.snapshots import ancestors, current_snapshot, load_table
-
     source = jdbc_source(wal_url)
     pusher.write("a", "r1", title="x")
     flush_gateway(spark, wal, source, gw)
