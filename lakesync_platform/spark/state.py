@@ -57,17 +57,14 @@ __all__ = [
 ]
 
 _SPLIT = str(8 << 20)
-_MARK_REPLACEMENT = "$1\\\\u0001"
-"""regexp_replace replacement: the captured prefix, then the JSON escape of U+0001."""
 # msgspec writes each effective column as {"column":"<ident>","value":<json>} (compact, in that
-# key order). Spark's JSON parser hands string values back unquoted, so for json-typed columns a
-# string value is marked with U+0001 right after that structural prefix, which tells the string
-# "5" from the number 5. Only entries that carry a json-typed column pay for the regex.
-
-
-def _value_prefix(names: list[str]) -> str:
-    alternatives = "|".join(names)
-    return rf'("column"\s*:\s*"(?:{alternatives})"\s*,\s*"value"\s*:\s*")'
+# key order). Spark's JSON parser hands string values back unquoted, which loses the difference
+# between the string "5" and the number 5 — fine for typed columns, not for json-typed ones. For
+# those the raw value token is taken from the entry's top-level elements instead: parsed as
+# ``array<string>``, each element comes back as its own JSON text, and the token follows the
+# fixed ``{"column":"<ident>","value":`` prefix. (Text matching on the whole entry cannot tell
+# a top-level element from an equal-looking object nested inside another json value.) Only
+# entries that mention a json-typed column pay for that second parse.
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +100,11 @@ def _newer(h1: str, c1: str, h2: str, c2: str, *, ties: bool) -> str:
 
 
 def _typed_value(raw: str, typ: str) -> str:
-    """SQL: raw JSON token text → the state column's value (json strings carry the U+0001 mark)."""
+    """SQL: raw JSON token text → the state column's value (json: the token itself)."""
     if typ == "number":
         return f"CAST({raw} AS DOUBLE)"
     if typ == "boolean":
         return f"(CASE WHEN {raw} = 'true' THEN true WHEN {raw} = 'false' THEN false END)"
-    if typ == "json":
-        quoted = f"to_json(named_struct('v', substring({raw}, 2)))"
-        return (
-            f"(CASE WHEN substring({raw}, 1, 1) = chr(1) "
-            f"THEN substring({quoted}, 6, length({quoted}) - 6) ELSE {raw} END)"
-        )
     return raw
 
 
@@ -121,26 +112,37 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def _marked_text(json_columns: list[str]) -> str:
-    """SQL: the entry's ``columns`` text, string values of ``json_columns`` marked U+0001."""
+_ENTRY_TYPE = "'array<struct<column:string,value:string>>'"
+_PARSED = f"map_from_entries(from_json(`columns`, {_ENTRY_TYPE}))"
+"""SQL: the entry's ``columns`` as ``map<column, value text>`` (strings unquoted; deletes get an
+empty map)."""
+
+
+def _json_prefix(name: str) -> str:
+    return '{"column":"' + name + '","value":'
+
+
+def _elements(json_columns: list[str]) -> str:
+    """SQL: the entry's top-level elements as JSON texts when it may carry one of
+    ``json_columns``, else null."""
     if not json_columns:
-        return "`columns`"
+        return "CAST(NULL AS array<string>)"
     needles = [_sql_string('"column":"' + name + '"') for name in json_columns]
     carries = " OR ".join(f"contains(`columns`, {needle})" for needle in needles)
-    marked = (
-        f"regexp_replace(`columns`, {_sql_string(_value_prefix(json_columns))}, "
-        f"{_sql_string(_MARK_REPLACEMENT)})"
+    return f"(CASE WHEN {carries} THEN from_json(`columns`, 'array<string>') END)"
+
+
+def _json_token(name: str) -> str:
+    """SQL: the raw JSON token of json-typed column ``name`` in an entry (the last element that
+    sets it, as in the map); the unquoted map value should the element not have the usual
+    layout."""
+    prefix = _json_prefix(name)
+    start = len(prefix) + 1
+    token = (
+        f"element_at(transform(filter(_e, e -> startswith(e, {_sql_string(prefix)})), "
+        f"e -> substring(e, {start}, length(e) - {start})), -1)"
     )
-    return f"(CASE WHEN {carries} THEN {marked} ELSE `columns` END)"
-
-
-_ENTRY_TYPE = "'array<struct<column:string,value:string>>'"
-
-
-def _parsed_columns(json_columns: list[str]) -> str:
-    """SQL: the entry's ``columns`` as ``map<column, raw JSON token text>``; deletes get an
-    empty map, string values of ``json_columns`` start with U+0001."""
-    return f"map_from_entries(from_json({_marked_text(json_columns)}, {_ENTRY_TYPE}))"
+    return f"coalesce({token}, _m[{_sql_string(name)}])"
 
 
 def _finish(schema: TableSchema) -> tuple[list[str], list[str]]:
@@ -180,12 +182,13 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
         f"max(cursor) AS {q(CURSOR_COL)}",
         f"max(CASE WHEN op = '{DELETE}' THEN named_struct({stamp}) END) AS _del",
     ]
-    for i, (name, _) in enumerate(cols):
+    for i, (name, typ) in enumerate(cols):
         key = _sql_string(name)
+        raw = _json_token(name) if typ == "json" else f"_m[{key}]"
         aggs.append(
             f"max(CASE WHEN op <> '{DELETE}' AND map_contains_key(_m, {key}) "
             "THEN named_struct('hlc', hlc, 'k', _k, 'cursor', cursor, 'client_id', client_id, "
-            f"'raw', _m[{key}]) END) AS _w{i}"
+            f"'raw', {raw}) END) AS _w{i}"
         )
     projected = [
         "row_id",
@@ -205,8 +208,8 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
     keeps, finished = _finish(schema)
     where = f"WHERE `table` = {_sql_string(log_table(schema))}"
     entries = (
-        f"SELECT row_id, cursor, op, client_id, hlc, {_parsed_columns(json_columns)} AS _m, "
-        f"{_key('client_id')} AS _k FROM {view} {where}"
+        f"SELECT row_id, cursor, op, client_id, hlc, {_PARSED} AS _m, "
+        f"{_elements(json_columns)} AS _e, {_key('client_id')} AS _k FROM {view} {where}"
     )
     sql = (
         f"SELECT {', '.join(finished)} FROM (SELECT {', '.join(keeps)} FROM ("

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -51,16 +52,22 @@ def test_lww_ties_deletes_and_resurrection(
     hx = p.hlc(60)
     p.push("\U0001f600", [p.delta("\U0001f600", "r5", hx, title="emoji")])
     p.push("\uff01", [p.delta("\uff01", "r5", hx, title="fullwidth")])
+    # A json value that looks like a log element (nested), and a string needing escapes.
+    nested = {"column": "meta", "value": "inner"}
+    p.push("frank", [p.delta("frank", "r6", p.hlc(70), meta=nested)])
+    p.push("frank", [p.delta("frank", "r7", p.hlc(71), meta='say "hi" \\ \u00e9')])
     source = jdbc_source(wal_url)
     flush_gateway(spark, wal, source, gw)
     result = update_state(spark, gw, todos)
-    assert result.rows_changed == 5
+    assert result.rows_changed == 7
     assert_state_matches_wal(spark, wal, gw, todos)
     state = {r["row_id"]: r for r in spark.table(state_table(gw, "todos")).collect()}
     assert state["r1"]["title"] == "b" and state["r1"]["priority"] == 3.0
     assert state["r2"]["title"] is None and state["r2"]["done"] is False
     assert state["r3"]["meta"] == '"5"' and state["r4"]["meta"] == "5"
     assert state["r5"]["title"] == "fullwidth"
+    assert json.loads(state["r6"]["meta"]) == nested
+    assert json.loads(state["r7"]["meta"]) == 'say "hi" \\ \u00e9'
     # The first load's figures are observed while writing: they match the table.
     assert result.live_changed == sum(1 for r in state.values() if r["_ls$live"])
     assert result.to_cursor == max(r["_ls$cursor"] for r in state.values())
