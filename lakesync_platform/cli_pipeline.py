@@ -47,6 +47,11 @@ def setup(data_dir: Path) -> None:
         jars = ensure_jars(default_jar_dir(data_dir))
         for jar in jars.all:
             click.echo(f"jar       {jar}")
+        if jars.local_fs is None:
+            click.echo(
+                "note      no javac: the lake writes through Hadoop's default local filesystem "
+                "(a chmod process per file; install a JDK for the fork-free one)"
+            )
         click.echo(f"ready in {time.monotonic() - started:.1f}s")
     except LakeSyncError as exc:
         raise click.ClickException(exc.message) from exc

@@ -10,7 +10,8 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 # --- system packages (Debian) -------------------------------------------------------------
 pkgs=(postgresql mariadb-server libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
       libjarjar-java unzip zip)
-command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+# A JDK, not only a runtime: `lakesync setup` compiles the lake's fork-free local filesystem.
+command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
 need=()
 for pkg in "${pkgs[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
 if [ ${#need[@]} -gt 0 ]; then

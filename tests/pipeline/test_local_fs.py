@@ -1,0 +1,113 @@
+"""The lake's fork-free local filesystem: built by set-up, used by the ``lakesync`` catalog only."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesync_platform.spark import setup as spark_setup
+from lakesync_platform.spark.session import SparkSettings
+from lakesync_platform.spark.setup import LOCAL_FS_CLASS, ensure_local_fs_jar
+
+
+def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Path) -> None:
+    stale = tmp_path / "lakesync-local-fs-000000000000.jar"
+    stale.write_bytes(b"an older build")
+    jar = ensure_local_fs_jar(tmp_path)
+    assert jar is not None and jar.exists() and jar.parent == tmp_path
+    assert not stale.exists()
+    import zipfile
+
+    with zipfile.ZipFile(jar) as z:
+        names = set(z.namelist())
+    assert "io/lakesync/platform/hadoop/NoForkLocalFileSystem.class" in names
+    assert "io/lakesync/platform/hadoop/NoForkLocalFileSystem$Raw.class" in names
+    stamp = jar.stat().st_mtime_ns
+    assert ensure_local_fs_jar(tmp_path) == jar and jar.stat().st_mtime_ns == stamp
+    assert sorted(p.name for p in tmp_path.iterdir()) == [jar.name]  # no build leftovers
+
+
+def test_without_javac_the_lake_keeps_hadoops_filesystem(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spark_setup, "_find_javac", lambda: None)
+    assert ensure_local_fs_jar(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+    settings = SparkSettings(data_dir=tmp_path)
+    key = "spark.sql.catalog.lakesync.hadoop.fs.file.impl"
+    assert key not in settings.spark_conf(local_fs=False)
+    assert settings.spark_conf(local_fs=True)[key] == LOCAL_FS_CLASS
+    off = SparkSettings(data_dir=tmp_path, fork_free_local_fs=False)
+    assert key not in off.spark_conf(local_fs=True)
+
+
+def _catalog_fs(spark: Any, gw: str, table: str) -> Any:
+    """The Hadoop FileSystem the ``lakesync`` catalog's FileIO resolves for ``table``."""
+    jvm = spark._jvm
+    catalog = spark._jsparkSession.sessionState().catalogManager().catalog("lakesync")
+    ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(f"{gw}.{table}")
+    loaded = catalog.icebergCatalog().loadTable(ident)
+    return loaded.io().newInputFile(loaded.location()).getFileSystem()
+
+
+@pytest.mark.spark
+def test_the_catalog_writes_through_it_and_the_session_does_not(
+    spark: Any, gw: str, tmp_path: Path
+) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lakesync.{gw}")
+    spark.sql(f"CREATE TABLE lakesync.{gw}.t (id INT, name STRING) USING iceberg")
+    spark.sql(f"INSERT INTO lakesync.{gw}.t VALUES (1, 'a'), (2, 'b')")
+    assert sorted(tuple(r) for r in spark.table(f"lakesync.{gw}.t").collect()) == [
+        (1, "a"),
+        (2, "b"),
+    ]
+    fs = _catalog_fs(spark, gw, "t")
+    assert fs.getClass().getName() == LOCAL_FS_CLASS
+    assert fs.getScheme() == "file"
+    jvm = spark._jvm
+    # Plain ``file:`` I/O of the session keeps the class Spark picks (Hive's proxy of Hadoop's).
+    default = jvm.org.apache.hadoop.fs.Path(tmp_path.as_uri()).getFileSystem(
+        spark._jsc.hadoopConfiguration()
+    )
+    assert default.getClass().getName() != LOCAL_FS_CLASS
+    assert jvm.org.apache.hadoop.fs.LocalFileSystem._java_lang_class.isInstance(default)
+    # The files it wrote carry Hadoop's permissions (0644 files, umask 022), with checksums.
+    location = (
+        spark.sql(f"DESCRIBE TABLE EXTENDED lakesync.{gw}.t")
+        .filter("col_name = 'Location'")
+        .first()
+    )
+    assert location is not None
+    data = [p for p in Path(location.data_type.removeprefix("file:")).rglob("*.parquet")]
+    assert data
+    for path in data:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        assert path.with_name(f".{path.name}.crc").exists()
+
+
+@pytest.mark.spark
+def test_set_permission_sets_what_hadoop_asks(spark: Any, gw: str, tmp_path: Path) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lakesync.{gw}")
+    spark.sql(f"CREATE TABLE lakesync.{gw}.p (id INT) USING iceberg")
+    fs = _catalog_fs(spark, gw, "p")
+    jvm = spark._jvm
+    target = tmp_path / "f"
+    target.write_text("x")
+    for mode in (0o600, 0o640, 0o751, 0o000, 0o777):
+        fs.setPermission(
+            jvm.org.apache.hadoop.fs.Path(target.as_uri()),
+            jvm.org.apache.hadoop.fs.permission.FsPermission(mode),
+        )
+        assert stat.S_IMODE(os.stat(target).st_mode) == mode, oct(mode)
+    # The sticky bit, which java.nio cannot set, goes Hadoop's way.
+    folder = tmp_path / "d"
+    folder.mkdir()
+    fs.setPermission(
+        jvm.org.apache.hadoop.fs.Path(folder.as_uri()),
+        jvm.org.apache.hadoop.fs.permission.FsPermission(0o1777),
+    )
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o1777
