@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 from lakesync_platform.core.errors import FlushError
@@ -97,6 +98,16 @@ def test_pyiceberg_reads_every_table_spark_writes(
     assert by_id["r1"]["title"] == "uno" and by_id["r1"]["done"] is True
     assert by_id["r2"]["_ls$live"] is False
     assert len(state) == 2
+    for name in (DELTAS_TABLE, "todos"):
+        table = catalog.load_table(f"{gw}.{name}")  # type: ignore[attr-defined]
+        props = table.properties
+        assert props["write.parquet.compression-codec"] == "zstd", name
+        assert props["write.parquet.compression-level"] == "1", name
+        files = [task.file.file_path for task in table.scan().plan_files()]
+        assert files
+        for path in files:
+            meta = pq.ParquetFile(path.removeprefix("file:")).metadata
+            assert meta.row_group(0).column(0).compression == "ZSTD", path
 
 
 def test_jdbc_source_urls(tmp_path: Path) -> None:
