@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from lakesync_platform.spark import setup as spark_setup
 from lakesync_platform.spark.session import SparkSettings
 from lakesync_platform.spark.setup import LOCAL_FS_CLASS, ensure_local_fs_jar
+from lakesync_platform.spark.snapshots import load_table
 
 
 def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Path) -> None:
@@ -20,8 +22,6 @@ def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Pa
     jar = ensure_local_fs_jar(tmp_path)
     assert jar is not None and jar.exists() and jar.parent == tmp_path
     assert not stale.exists()
-    import zipfile
-
     with zipfile.ZipFile(jar) as z:
         names = set(z.namelist())
     assert "io/lakesync/platform/hadoop/NoForkLocalFileSystem.class" in names
@@ -45,13 +45,9 @@ def test_without_javac_the_lake_keeps_hadoops_filesystem(
     assert key not in off.spark_conf(local_fs=True)
 
 
-def _catalog_fs(spark: Any, gw: str, table: str) -> Any:
-    """The Hadoop FileSystem the ``lakesync`` catalog's FileIO resolves for ``table``."""
-    jvm = spark._jvm
-    catalog = spark._jsparkSession.sessionState().catalogManager().catalog("lakesync")
-    ident = jvm.org.apache.iceberg.catalog.TableIdentifier.parse(f"{gw}.{table}")
-    loaded = catalog.icebergCatalog().loadTable(ident)
-    return loaded.io().newInputFile(loaded.location()).getFileSystem()
+def _catalog_fs(table: Any) -> Any:
+    """The Hadoop FileSystem the ``lakesync`` catalog's FileIO resolves for an Iceberg table."""
+    return table.io().newInputFile(table.location()).getFileSystem()
 
 
 @pytest.mark.spark
@@ -65,7 +61,8 @@ def test_the_catalog_writes_through_it_and_the_session_does_not(
         (1, "a"),
         (2, "b"),
     ]
-    fs = _catalog_fs(spark, gw, "t")
+    table = load_table(spark, f"lakesync.{gw}.t")
+    fs = _catalog_fs(table)
     assert fs.getClass().getName() == LOCAL_FS_CLASS
     assert fs.getScheme() == "file"
     jvm = spark._jvm
@@ -76,13 +73,7 @@ def test_the_catalog_writes_through_it_and_the_session_does_not(
     assert default.getClass().getName() != LOCAL_FS_CLASS
     assert jvm.org.apache.hadoop.fs.LocalFileSystem._java_lang_class.isInstance(default)
     # The files it wrote carry Hadoop's permissions (0644 files, umask 022), with checksums.
-    location = (
-        spark.sql(f"DESCRIBE TABLE EXTENDED lakesync.{gw}.t")
-        .filter("col_name = 'Location'")
-        .first()
-    )
-    assert location is not None
-    data = [p for p in Path(location.data_type.removeprefix("file:")).rglob("*.parquet")]
+    data = list(Path(table.location().removeprefix("file:")).rglob("*.parquet"))
     assert data
     for path in data:
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
@@ -93,7 +84,7 @@ def test_the_catalog_writes_through_it_and_the_session_does_not(
 def test_set_permission_sets_what_hadoop_asks(spark: Any, gw: str, tmp_path: Path) -> None:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lakesync.{gw}")
     spark.sql(f"CREATE TABLE lakesync.{gw}.p (id INT) USING iceberg")
-    fs = _catalog_fs(spark, gw, "p")
+    fs = _catalog_fs(load_table(spark, f"lakesync.{gw}.p"))
     jvm = spark._jvm
     target = tmp_path / "f"
     target.write_text("x")
