@@ -27,17 +27,21 @@ if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   ver=$(ls /etc/postgresql | sort -V | tail -1)
   $SUDO pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
 fi
-if ! mysqladmin -h 127.0.0.1 -uroot status >/dev/null 2>&1; then
+# MariaDB readiness is `mysqladmin ping`: 0 while the server runs, even when the login is refused
+# (a fresh install lets root in only through the unix socket, so a TCP login fails until the
+# grant below has run).
+mariadb_up() { mysqladmin -h 127.0.0.1 -uroot ping >/dev/null 2>&1; }
+if ! mariadb_up; then
   log "starting MariaDB"
   $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld 2>/dev/null || true
   $SUDO start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql || true
 fi
 for _ in $(seq 1 60); do
-  pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mysqladmin -h 127.0.0.1 -uroot status >/dev/null 2>&1 && break
+  pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb_up && break
   sleep 1
 done
 pg_isready -h 127.0.0.1 -p 5432 -q || { log "PostgreSQL is not answering on 127.0.0.1:5432"; exit 1; }
-mysqladmin -h 127.0.0.1 -uroot status >/dev/null || { log "MariaDB is not answering on 127.0.0.1:3306"; exit 1; }
+mariadb_up || { log "MariaDB is not answering on 127.0.0.1:3306"; exit 1; }
 # Local development/test access: trust auth for postgres on loopback, the `test` databases.
 if ! psql -h 127.0.0.1 -U postgres -tAc "select 1" >/dev/null 2>&1; then
   # A freshly installed cluster asks for passwords on TCP: trust loopback for local development.
@@ -54,6 +58,8 @@ if ! mysql -h 127.0.0.1 -uroot -e "select 1" >/dev/null 2>&1; then
   log "allowing root with an empty password on 127.0.0.1 (local development)"
   $SUDO mysql -uroot -e "ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('') OR unix_socket; FLUSH PRIVILEGES;"
 fi
+mysql -h 127.0.0.1 -uroot -e "select 1" >/dev/null || \
+  { log "cannot log in to MariaDB as root on 127.0.0.1"; exit 1; }
 mysql -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null
 
 # --- Python -------------------------------------------------------------------------------
