@@ -18,7 +18,8 @@ import dagster as dg
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.core.schema import TableSchema
-from lakesync_platform.pipeline.jobs import Pipeline, PipelineSettings
+from lakesync_platform.pipeline.jobs import Pipeline
+from lakesync_platform.settings import PipelineSettings
 from sensors.backlog import build_backlog_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
 from sensors.schedules import build_sync_schedule

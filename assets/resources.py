@@ -11,7 +11,15 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
-from lakesync_platform.pipeline.jobs import Pipeline, PipelineSettings
+from lakesync_platform.pipeline.jobs import Pipeline
+from lakesync_platform.settings import (
+    DEFAULT_DATA_DIR,
+    ENV_CATALOG_URI,
+    ENV_JAR_DIR,
+    ENV_SPARK_MASTER,
+    ENV_WAREHOUSE,
+    PipelineSettings,
+)
 from lakesync_platform.wal.store import WriteAheadLog
 
 __all__ = ["LakeSyncResource"]
@@ -24,7 +32,7 @@ class LakeSyncResource(dg.ConfigurableResource):  # type: ignore[misc]
     under the data directory).
     """
 
-    data_dir: str = ".lakesync"
+    data_dir: str = str(DEFAULT_DATA_DIR)
     wal_url: str = ""
     defs_dir: str = "defs"
     spark_master: str = "local[*]"
@@ -40,10 +48,10 @@ class LakeSyncResource(dg.ConfigurableResource):  # type: ignore[misc]
         """The pipeline settings this resource stands for."""
         env = dict(os.environ)  # resource use is a process edge: ${VAR} in destination URLs
         overrides = {
-            "LAKESYNC_SPARK_MASTER": self.spark_master,
-            "LAKESYNC_JAR_DIR": self.jar_dir,
-            "LAKESYNC_CATALOG_URI": self.catalog_uri,
-            "LAKESYNC_WAREHOUSE": self.warehouse,
+            ENV_SPARK_MASTER: self.spark_master,
+            ENV_JAR_DIR: self.jar_dir,
+            ENV_CATALOG_URI: self.catalog_uri,
+            ENV_WAREHOUSE: self.warehouse,
         }
         env.update({k: v for k, v in overrides.items() if v})
         return PipelineSettings.from_env(

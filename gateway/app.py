@@ -15,6 +15,7 @@ from litestar import Litestar
 from litestar.exceptions import HTTPException
 
 from lakesync_platform.core.errors import LakeSyncError
+from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
@@ -23,7 +24,6 @@ from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
 from .ratelimit import RateLimiter
 from .routes import ROUTES
-from .settings import GatewaySettings
 from .state import GatewayState
 
 __all__ = ["create_app"]

@@ -11,9 +11,10 @@ import gc
 import json
 import os
 
+from lakesync_platform.settings import GatewaySettings
+
 from .app import create_app
 from .middleware import ProtocolHeadersMiddleware
-from .settings import GatewaySettings
 
 __all__ = ["CONFIG_ENV", "GC_THRESHOLDS", "app", "settings_from_json", "tune_gc"]
 

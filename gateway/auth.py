@@ -11,8 +11,7 @@ from litestar import Request
 
 from lakesync_platform.core.auth import verify_token
 from lakesync_platform.core.errors import AuthError, ValidationError
-
-from .settings import GatewaySettings
+from lakesync_platform.settings import GatewaySettings
 
 __all__ = ["Identity", "authenticate", "check_gateway_id"]
 

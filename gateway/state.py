@@ -12,12 +12,12 @@ import anyio.to_thread
 from litestar import Request
 
 from lakesync_platform.core.errors import LakeSyncError
+from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics
 from .ratelimit import RateLimiter
-from .settings import GatewaySettings
 
 __all__ = ["GatewayState", "gateway_state", "run_blocking"]
 

@@ -19,13 +19,9 @@ import click
 
 from .cli_options import data_dir_option
 from .core.auth import sign_token
+from .settings import DataLayout
 
 __all__ = ["main"]
-
-
-def default_wal_url(data_dir: Path) -> str:
-    """The embedded WAL: ``<data-dir>/wal.db`` on SQLite."""
-    return f"sqlite:///{(data_dir / 'wal.db').resolve()}"
 
 
 def resolve_secret(data_dir: Path, given: str | None, *, create: bool) -> str:
@@ -100,7 +96,7 @@ def gateway(
         if jwt_secret_previous:
             secrets_.append(jwt_secret_previous)
     config: dict[str, Any] = {
-        "wal_url": wal_url or default_wal_url(data_dir),
+        "wal_url": wal_url or DataLayout.at(data_dir).wal_url,
         "jwt_secrets": secrets_,
         "auth_enabled": not no_auth,
         "max_backlog_bytes": max_backlog_bytes,
@@ -167,7 +163,9 @@ def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
     """Show WAL counters per gateway id."""
     from .wal.store import WriteAheadLog
 
-    wal = WriteAheadLog.open(wal_url or default_wal_url(data_dir), now_ms=int(time.time() * 1000))
+    wal = WriteAheadLog.open(
+        wal_url or DataLayout.at(data_dir).wal_url, now_ms=int(time.time() * 1000)
+    )
     try:
         ids = [gw] if gw else wal.gateway_ids()
         if not ids:

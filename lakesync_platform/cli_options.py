@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-__all__ = ["DEFAULT_DATA_DIR", "data_dir_option"]
+from .settings import DEFAULT_DATA_DIR, ENV_DATA_DIR
 
-DEFAULT_DATA_DIR = "./data"
+__all__ = ["data_dir_option"]
 
 
 def data_dir_option(fn: Any) -> Any:
@@ -17,8 +17,8 @@ def data_dir_option(fn: Any) -> Any:
     return click.option(
         "--data-dir",
         type=click.Path(file_okay=False, path_type=Path),
-        envvar="LAKESYNC_DATA_DIR",
-        default=DEFAULT_DATA_DIR,
+        envvar=ENV_DATA_DIR,
+        default=str(DEFAULT_DATA_DIR),
         show_default=True,
         help="Directory holding every embedded default (WAL, catalog, warehouse, jars, secrets).",
     )(fn)

@@ -115,7 +115,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @click.option("--wal-url", envvar="LAKESYNC_WAL_URL", help="sqlite:///PATH or postgresql://…")
 def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure)."""
-    from .pipeline.jobs import Pipeline, PipelineSettings
+    from .pipeline.jobs import Pipeline
+    from .settings import PipelineSettings
 
     logging.basicConfig(level=logging.WARNING)
     settings = PipelineSettings.from_env(

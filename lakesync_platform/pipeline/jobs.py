@@ -15,13 +15,13 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..adapters.sql import SqlAdapter
 from ..core.delta import ColumnDelta, RowDelta
 from ..core.merge import RowState, merge_delta
 from ..core.schema import TableSchema
+from ..settings import PipelineSettings
 from ..spark.flush import FlushResult, flush_gateway, lake_watermark
 from ..spark.layout import (
     CURSOR_COL,
@@ -51,62 +51,22 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckOutcome", "Pipeline", "PipelineSettings"]
+__all__ = ["CheckOutcome", "Pipeline", "spark_settings"]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineSettings:
-    """Where everything lives; read once at the process edge and passed down.
-
-    ``wal_url`` defaults to ``sqlite:///<data-dir>/wal.db``; ``env`` is the environment used to
-    expand ``${VAR}`` in destination URLs (``LAKESYNC_DATA_DIR`` is always available).
-    """
-
-    data_dir: Path
-    wal_url: str | None = None
-    defs_dir: Path | None = None
-    spark: SparkSettings | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def resolved_wal_url(self) -> str:
-        """The WAL's SQLAlchemy URL."""
-        return self.wal_url or "sqlite:///" + str(self.data_dir.resolve() / "wal.db")
-
-    @property
-    def spark_settings(self) -> SparkSettings:
-        """Spark settings (embedded defaults under the data directory unless given)."""
-        return self.spark or SparkSettings(data_dir=self.data_dir)
-
-    @classmethod
-    def from_env(
-        cls,
-        env: Mapping[str, str],
-        *,
-        data_dir: str | None = None,
-        wal_url: str | None = None,
-        defs_dir: str | None = None,
-    ) -> PipelineSettings:
-        """Settings from ``LAKESYNC_*`` variables, overridden by explicit values."""
-        data = Path(data_dir or env.get("LAKESYNC_DATA_DIR") or "data").resolve()
-        defs = defs_dir or env.get("LAKESYNC_DEFS_DIR") or "defs"
-        spark = SparkSettings(
-            data_dir=data,
-            master=env.get("LAKESYNC_SPARK_MASTER", "local[*]"),
-            catalog_uri=env.get("LAKESYNC_CATALOG_URI") or None,
-            warehouse=env.get("LAKESYNC_WAREHOUSE") or None,
-            jar_dir=Path(env["LAKESYNC_JAR_DIR"]) if env.get("LAKESYNC_JAR_DIR") else None,
-            packages=env.get("LAKESYNC_SPARK_PACKAGES") or None,
-        )
-        return cls(
-            data_dir=data,
-            wal_url=wal_url or env.get("LAKESYNC_WAL_URL") or None,
-            defs_dir=Path(defs).resolve(),
-            spark=spark,
-            env=dict(env),
-        )
+def spark_settings(settings: PipelineSettings) -> SparkSettings:
+    """The Spark session settings the pipeline settings stand for (embedded defaults under the
+    data directory unless given)."""
+    return SparkSettings(
+        data_dir=settings.data_dir,
+        master=settings.spark_master,
+        catalog_uri=settings.catalog_uri,
+        warehouse=settings.warehouse,
+        jar_dir=settings.jar_dir,
+        packages=settings.spark_packages,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +100,13 @@ class Pipeline:
     def spark(self) -> SparkSession:
         """The Spark session (started on first use)."""
         if self._spark is None:
-            self._spark = create_spark_session(self.settings.spark_settings)
+            self._spark = create_spark_session(spark_settings(self.settings))
         return self._spark
 
     @cached_property
     def iceberg_catalog(self) -> Catalog | None:
         """pyiceberg over the lake where the driver reads it directly (materialise), else None."""
-        return local_pyiceberg_catalog(self.settings.spark_settings)
+        return local_pyiceberg_catalog(spark_settings(self.settings))
 
     @property
     def wal(self) -> WriteAheadLog:
@@ -160,7 +120,7 @@ class Pipeline:
     def declarations(self) -> Declarations:
         """The YAML declarations of the defs folder (loaded once)."""
         if self._declarations is None:
-            self._declarations = load_declarations(self.settings.defs_dir)
+            self._declarations = load_declarations(self.settings.resolved_defs_dir)
         return self._declarations
 
     def close(self) -> None:
@@ -190,8 +150,7 @@ class Pipeline:
 
     def adapter(self, dest: DestinationDecl) -> SqlAdapter:
         """Open a destination (``${VAR}`` in its URL expanded from the settings' env)."""
-        env = {**self.settings.env, "LAKESYNC_DATA_DIR": str(self.settings.data_dir)}
-        return SqlAdapter.connect(expand_env(dest.url, env))
+        return SqlAdapter.connect(expand_env(dest.url, self.settings.expansion_env))
 
     # ------------------------------------------------------------------ jobs
 

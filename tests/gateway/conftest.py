@@ -18,11 +18,10 @@ from sqlalchemy import func, select
 
 from gateway.app import create_app
 from gateway.middleware import ProtocolHeadersMiddleware
-from gateway.settings import GatewaySettings
 from gateway.state import GatewayState
-from lakesync_platform.cli import default_wal_url
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.hlc import encode
+from lakesync_platform.settings import DataLayout, GatewaySettings
 from lakesync_platform.wal import tables as t
 from tests.helpers import SECRET, GatewayProcess, make_delta, token, wire
 
@@ -226,7 +225,7 @@ def make_gateway(tmp_path: Path) -> Iterator[GatewayFactory]:
 def wal_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | None, str]:
     """``(--wal-url flag or None, URL the test opens)``: the default SQLite file, or Postgres."""
     if request.param == "sqlite":
-        return None, default_wal_url(tmp_path / "gw")
+        return None, DataLayout.at(tmp_path / "gw").wal_url
     url: str = request.getfixturevalue("pg_url")
     return url, url
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.app import create_app
-from gateway.settings import GatewaySettings
+from lakesync_platform.settings import GatewaySettings
 from tests.helpers import SECRET
 
 from .conftest import Gateway, GatewayFactory, assert_error

@@ -1,0 +1,213 @@
+"""Every setting of the platform, in one place: names, defaults and the data directory's layout.
+
+Settings are read once at each process edge — the CLI, the gateway factory's caller, Dagster's
+resources — from an environment mapping that the edge passes in, and handed down as these
+frozen values. Nothing here reads ``os.environ`` itself and nothing reads anything at import.
+
+The data directory holds every embedded default (ARCHITECTURE.md §7)::
+
+    <data-dir>/
+      wal.db          the write-ahead log and config store (SQLite)
+      catalog.db      the Iceberg JDBC catalog (SQLite)
+      warehouse/      the Iceberg warehouse
+      jars/           the Spark/Iceberg jars and the lake's local filesystem jar
+      jwt_secret      the gateway's signing secret (created on first start)
+      logs/           logs of processes started by ``lakesync dev`` and the JVM
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "DEFAULT_DATA_DIR",
+    "DEFAULT_DEFS_DIR",
+    "DEFAULT_SPARK_MASTER",
+    "ENV_BACKLOG_AGE_SECONDS",
+    "ENV_BACKLOG_BYTES",
+    "ENV_CATALOG_URI",
+    "ENV_DATA_DIR",
+    "ENV_DEFS_DIR",
+    "ENV_JAR_DIR",
+    "ENV_JWT_SECRET",
+    "ENV_JWT_SECRET_PREVIOUS",
+    "ENV_MAX_BACKLOG_BYTES",
+    "ENV_SPARK_MASTER",
+    "ENV_SPARK_PACKAGES",
+    "ENV_WAL_URL",
+    "ENV_WAREHOUSE",
+    "DataLayout",
+    "GatewaySettings",
+    "PipelineSettings",
+]
+
+# ---------------------------------------------------------------- environment variable names
+
+ENV_DATA_DIR = "LAKESYNC_DATA_DIR"
+ENV_DEFS_DIR = "LAKESYNC_DEFS_DIR"
+ENV_WAL_URL = "LAKESYNC_WAL_URL"
+ENV_JWT_SECRET = "LAKESYNC_JWT_SECRET"
+ENV_JWT_SECRET_PREVIOUS = "LAKESYNC_JWT_SECRET_PREVIOUS"
+ENV_MAX_BACKLOG_BYTES = "LAKESYNC_MAX_BACKLOG_BYTES"
+ENV_SPARK_MASTER = "LAKESYNC_SPARK_MASTER"
+ENV_SPARK_PACKAGES = "LAKESYNC_SPARK_PACKAGES"
+ENV_CATALOG_URI = "LAKESYNC_CATALOG_URI"
+ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
+ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
+ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
+ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
+
+# ---------------------------------------------------------------- defaults
+
+DEFAULT_DATA_DIR = Path("data")
+"""The data directory when neither ``--data-dir`` nor ``LAKESYNC_DATA_DIR`` names one."""
+DEFAULT_DEFS_DIR = Path("defs")
+"""The declarations folder when neither ``--defs`` nor ``LAKESYNC_DEFS_DIR`` names one."""
+DEFAULT_SPARK_MASTER = "local[*]"
+
+
+@dataclass(frozen=True, slots=True)
+class DataLayout:
+    """Where each embedded default lives under one data directory (see the module docstring)."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, data_dir: str | Path | None) -> DataLayout:
+        """The layout of ``data_dir`` (the default data directory when ``None`` or empty)."""
+        return cls(Path(data_dir or DEFAULT_DATA_DIR).resolve())
+
+    @property
+    def wal_db(self) -> Path:
+        """The embedded WAL's SQLite file."""
+        return self.root / "wal.db"
+
+    @property
+    def wal_url(self) -> str:
+        """The embedded WAL's SQLAlchemy URL."""
+        return f"sqlite:///{self.wal_db}"
+
+    @property
+    def catalog_db(self) -> Path:
+        """The embedded Iceberg catalog's SQLite file."""
+        return self.root / "catalog.db"
+
+    @property
+    def catalog_uri(self) -> str:
+        """The embedded Iceberg catalog's JDBC URL."""
+        return f"jdbc:sqlite:{self.catalog_db}"
+
+    @property
+    def warehouse_dir(self) -> Path:
+        """The embedded Iceberg warehouse folder."""
+        return self.root / "warehouse"
+
+    @property
+    def warehouse_uri(self) -> str:
+        """The embedded Iceberg warehouse as a ``file://`` URI."""
+        return self.warehouse_dir.as_uri()
+
+    @property
+    def jar_dir(self) -> Path:
+        """The Spark/Iceberg jar folder."""
+        return self.root / "jars"
+
+    @property
+    def jwt_secret_file(self) -> Path:
+        """The gateway's signing secret, created on its first start."""
+        return self.root / "jwt_secret"
+
+    @property
+    def logs_dir(self) -> Path:
+        """Logs of the processes the platform starts."""
+        return self.root / "logs"
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    """Everything the gateway process is configured with.
+
+    ``jwt_secrets`` are tried in order (primary first, then previous ones during rotation).
+    Auth is on unless ``auth_enabled`` is explicitly false (local development only).
+    """
+
+    wal_url: str
+    jwt_secrets: tuple[str, ...] = ()
+    auth_enabled: bool = True
+    max_backlog_bytes: int | None = None
+    rate_limit: int | None = None
+    rate_window_s: int = 60
+    allowed_origins: tuple[str, ...] | None = None
+    max_body_bytes: int = 1_048_576
+    request_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.auth_enabled and not self.jwt_secrets:
+            raise ValueError("auth is enabled but no JWT secret is configured")
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
+
+    Empty values mean the embedded defaults of :class:`DataLayout`. ``env`` is the environment
+    used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
+    available there).
+    """
+
+    data_dir: Path
+    wal_url: str | None = None
+    defs_dir: Path | None = None
+    spark_master: str = DEFAULT_SPARK_MASTER
+    catalog_uri: str | None = None
+    warehouse: str | None = None
+    jar_dir: Path | None = None
+    spark_packages: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def layout(self) -> DataLayout:
+        """The data directory's layout."""
+        return DataLayout(self.data_dir.resolve())
+
+    @property
+    def resolved_wal_url(self) -> str:
+        """The WAL's SQLAlchemy URL."""
+        return self.wal_url or self.layout.wal_url
+
+    @property
+    def resolved_defs_dir(self) -> Path:
+        """The declarations folder."""
+        return self.defs_dir or DEFAULT_DEFS_DIR.resolve()
+
+    @property
+    def expansion_env(self) -> dict[str, str]:
+        """``env`` plus ``LAKESYNC_DATA_DIR``: what ``${VAR}`` in declarations may name."""
+        return {**self.env, ENV_DATA_DIR: str(self.data_dir)}
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str],
+        *,
+        data_dir: str | Path | None = None,
+        wal_url: str | None = None,
+        defs_dir: str | Path | None = None,
+    ) -> PipelineSettings:
+        """Settings from ``LAKESYNC_*`` variables in ``env``, overridden by explicit values."""
+        layout = DataLayout.at(data_dir or env.get(ENV_DATA_DIR))
+        defs = Path(defs_dir or env.get(ENV_DEFS_DIR) or DEFAULT_DEFS_DIR).resolve()
+        jar_dir = env.get(ENV_JAR_DIR)
+        return cls(
+            data_dir=layout.root,
+            wal_url=wal_url or env.get(ENV_WAL_URL) or None,
+            defs_dir=defs,
+            spark_master=env.get(ENV_SPARK_MASTER) or DEFAULT_SPARK_MASTER,
+            catalog_uri=env.get(ENV_CATALOG_URI) or None,
+            warehouse=env.get(ENV_WAREHOUSE) or None,
+            jar_dir=Path(jar_dir) if jar_dir else None,
+            spark_packages=env.get(ENV_SPARK_PACKAGES) or None,
+            env=dict(env),
+        )
