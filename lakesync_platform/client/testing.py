@@ -1,5 +1,5 @@
-"""Test helpers shipped with the client (as ``structlog.testing``): a clock you move by hand and
-a transport wrapper that fails on cue.
+"""Test helpers shipped with the client (as ``structlog.testing``): a transport wrapper that
+fails on cue (a clock you move by hand is :class:`lakesync_platform.testing.ManualClock`).
 
 ::
 
@@ -13,32 +13,13 @@ a transport wrapper that fails on cue.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 from ..core.delta import RowDelta
 from ._errors import TransportError
 from ._transport import Checkpoint, PullResponse, PushAck, Transport
 
-__all__ = ["FlakyTransport", "ManualClock"]
-
-
-class ManualClock:
-    """An epoch-millisecond clock that only moves when told to; call it to read it."""
-
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = start_ms
-        self._lock = threading.Lock()
-
-    def __call__(self) -> int:
-        with self._lock:
-            return self.now_ms
-
-    def advance(self, ms: int) -> int:
-        """Move forward by ``ms``; returns the new time."""
-        with self._lock:
-            self.now_ms += ms
-            return self.now_ms
+__all__ = ["FlakyTransport"]
 
 
 class FlakyTransport:

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from lakesync_platform.client import InProcessTransport, LakeSyncClient, Transport, create_client
-from lakesync_platform.client.testing import FlakyTransport, ManualClock
+from lakesync_platform.client.testing import FlakyTransport
+from lakesync_platform.testing import GatewayProcess, ManualClock
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
-from tests.helpers import GatewayProcess
+from tests.helpers import SECRET
 
 TODOS: dict[str, Any] = {
     "table": "todos",
@@ -130,7 +131,7 @@ class LiveGateway:
 
 
 def _live(data_dir: Path, wal_url: str) -> Iterator[LiveGateway]:
-    process = GatewayProcess(data_dir, wal_url=wal_url).start()
+    process = GatewayProcess(data_dir, SECRET, wal_url=wal_url).start()
     wal = WriteAheadLog.open(wal_url)
     try:
         yield LiveGateway(process, wal_url, SyncService(wal, lambda: 0))

@@ -22,9 +22,10 @@ from lakesync_platform.client import (
     system_clock_ms,
 )
 from lakesync_platform.client._watch import tables_in
-from lakesync_platform.client.testing import FlakyTransport, ManualClock
+from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.errors import ValidationError
+from lakesync_platform.testing import ManualClock
 
 from .conftest import TODOS, ClientFactory
 

@@ -29,7 +29,8 @@ from lakesync_platform.client import (
 )
 from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.errors import AuthError, ForbiddenError
-from tests.helpers import GatewayProcess, token
+from lakesync_platform.testing import GatewayProcess
+from tests.helpers import SECRET, token
 
 from .conftest import TODOS, LiveGateway, local_rows
 
@@ -185,7 +186,9 @@ def test_fixed_schedule_with_every_hazard(live: LiveGateway) -> None:
 
 def test_gateway_down_writes_stay_local_then_everything_syncs(tmp_path: Path) -> None:
     gw = "gw_down"
-    process = GatewayProcess(tmp_path / "gw", wal_url=f"sqlite:///{tmp_path / 'wal.db'}").start()
+    process = GatewayProcess(
+        tmp_path / "gw", SECRET, wal_url=f"sqlite:///{tmp_path / 'wal.db'}"
+    ).start()
     cfg = {"url": process.url, "gateway_id": gw, "retries": 0, "timeout_s": 2.0}
     a = create_client(
         name="a",

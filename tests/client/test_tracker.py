@@ -13,9 +13,9 @@ from lakesync_platform.client import (
     RowNotFoundError,
     create_client,
 )
-from lakesync_platform.client.testing import ManualClock
 from lakesync_platform.core.errors import SchemaError, ValidationError
 from lakesync_platform.core.extract import extract_delta
+from lakesync_platform.testing import ManualClock
 
 from .conftest import TODOS
 

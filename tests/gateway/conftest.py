@@ -22,8 +22,9 @@ from gateway.state import GatewayState
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.settings import DataLayout, GatewaySettings
+from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal import tables as t
-from tests.helpers import SECRET, GatewayProcess, make_delta, token, wire
+from tests.helpers import SECRET, make_delta, token, wire
 
 
 def build_app(settings: GatewaySettings, clock: Callable[[], int]) -> ProtocolHeadersMiddleware:
@@ -233,7 +234,7 @@ def wal_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str | No
 @pytest.fixture
 def gateway(tmp_path: Path, wal_target: tuple[str | None, str]) -> Iterator[GatewayProcess]:
     """A real gateway process on the chosen WAL (tests may kill and restart it)."""
-    proc = GatewayProcess(tmp_path / "gw", wal_url=wal_target[0])
+    proc = GatewayProcess(tmp_path / "gw", SECRET, wal_url=wal_target[0])
     proc.start()
     try:
         yield proc

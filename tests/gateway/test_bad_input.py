@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lakesync_platform.core.auth import sign_token
-from tests.helpers import SECRET, GatewayProcess, token, wire
+from lakesync_platform.testing import GatewayProcess
+from tests.helpers import SECRET, token, wire
 
 from .conftest import Gateway, assert_error
 
@@ -836,7 +837,7 @@ def _raw_exchange(port: int, data: bytes, *, read: bool = True) -> bytes:
 
 
 def test_real_server_survives_bad_input(tmp_path: Any) -> None:
-    proc = GatewayProcess(tmp_path).start()
+    proc = GatewayProcess(tmp_path, SECRET).start()
     try:
         gw = "gw_real"
         auth = "Bearer " + token("c1", gw)

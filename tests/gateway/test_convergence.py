@@ -20,9 +20,10 @@ import pytest
 
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.sync_rules import ClientView, SyncRules, parse_sync_rules
+from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
-from tests.helpers import GatewayProcess, token, wire
+from tests.helpers import SECRET, token, wire
 from tests.sim import StampedClient, TsLikeClient
 
 BASE_MS = 1_700_000_000_000
@@ -218,7 +219,7 @@ def test_clients_converge_with_sync_rules(tmp_path: Path, seed: int) -> None:
 @pytest.mark.parametrize("with_rules", [False, True])
 def test_clients_converge_over_http(tmp_path: Path, with_rules: bool) -> None:
     """The same schedule against a real gateway process (real clock, real sockets)."""
-    server = GatewayProcess(tmp_path / "data").start()
+    server = GatewayProcess(tmp_path / "data", SECRET).start()
     gw = "convhttp"
     rng = random.Random(7)
     rules = parse_sync_rules(RULES) if with_rules else None

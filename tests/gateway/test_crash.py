@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from lakesync_platform.core.delta import RowDelta
+from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.gateway.test_e2e import (
     PushRecord,
@@ -33,7 +34,6 @@ from tests.gateway.test_e2e import (
     run_threads,
     wal_snapshots,
 )
-from tests.helpers import GatewayProcess
 
 CLIENTS = 5
 KILL_AFTER = (2.0, 1.3)

@@ -29,9 +29,10 @@ import httpx
 from lakesync_platform.core.delta import DELETE, INSERT, UPDATE, RowDelta
 from lakesync_platform.core.hlc import HLC, encode
 from lakesync_platform.core.merge import RowState, merge_delta
+from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.model import WalEntry
 from lakesync_platform.wal.store import WriteAheadLog
-from tests.helpers import GatewayProcess, make_delta, token, wire
+from tests.helpers import make_delta, token, wire
 
 TABLES = ("items", "notes")
 COLUMNS = ("a", "b", "c", "d")

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import create_engine, text
 
+from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.gateway.test_e2e import (
     Reader,
@@ -24,7 +25,7 @@ from tests.gateway.test_e2e import (
     run_load,
     wal_snapshots,
 )
-from tests.helpers import GatewayProcess
+from tests.helpers import SECRET
 
 pytestmark = pytest.mark.postgres
 
@@ -40,7 +41,7 @@ def gateways(
     """Three gateway processes on one Postgres WAL, started at the same time (they migrate the
     same schema concurrently). Shared by the tests here; each test uses its own gateway id."""
     root = tmp_path_factory.mktemp("multiprocess")
-    procs = [GatewayProcess(root / f"gw{i}", wal_url=pg_url) for i in range(PROCESSES)]
+    procs = [GatewayProcess(root / f"gw{i}", SECRET, wal_url=pg_url) for i in range(PROCESSES)]
     errors: list[BaseException] = []
 
     def start(p: GatewayProcess) -> None:

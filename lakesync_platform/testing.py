@@ -1,0 +1,263 @@
+"""Helpers for testing code built on LakeSync, shipped in the package (as ``structlog.testing``).
+
+* :class:`GatewayProcess` — ``lakesync gateway`` in a real subprocess on a free loopback port,
+  ready when its ``/ready`` answers; ``kill()`` is a crash (SIGKILL), ``stop()`` a shutdown.
+* :class:`ManualClock` — an epoch-millisecond clock that moves only when told to.
+* The demo's ``todos`` table (:data:`DEMO_TODOS`, :func:`demo_todos_schema`) and its
+  declarations file (:func:`demo_declarations_yaml`), one definition for the demo, the examples,
+  the tests and the benchmarks.
+* :func:`free_port`, :func:`dev_token`.
+
+The test suite, the benchmarks and ``lakesync dev`` use these; nothing else in the package
+imports this module.
+
+::
+
+    with GatewayProcess(tmp_path, secret="s").start() as gw:
+        httpx.get(gw.url + "/health")
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from .core.auth import sign_token
+from .core.schema import TableSchema, parse_table_schema
+from .settings import ENV_DATA_DIR
+
+__all__ = [
+    "DEMO_GATEWAY",
+    "DEMO_TODOS",
+    "GatewayProcess",
+    "ManualClock",
+    "demo_declarations_yaml",
+    "demo_todos_schema",
+    "dev_token",
+    "free_port",
+]
+
+DEMO_GATEWAY = "demo"
+"""The gateway id of the demo that ``lakesync dev`` runs."""
+
+DEMO_TODOS: dict[str, Any] = {
+    "table": "todos",
+    "columns": [
+        {"name": "title", "type": "string"},
+        {"name": "completed", "type": "boolean"},
+        {"name": "priority", "type": "number"},
+        {"name": "tags", "type": "json"},
+    ],
+    "softDelete": True,
+}
+"""The demo's ``todos`` table in the admin route's TableSchema JSON (as ``defs/todos.yaml``)."""
+
+
+def demo_todos_schema() -> TableSchema:
+    """:data:`DEMO_TODOS` parsed."""
+    return parse_table_schema(DEMO_TODOS)
+
+
+def demo_declarations_yaml() -> str:
+    """The demo's declarations file: :data:`DEMO_TODOS` on gateway ``demo``, materialised into
+    ``<data-dir>/destination.db`` (the content of the repository's ``defs/todos.yaml``)."""
+    columns = "".join(
+        f"      - {{name: {c['name']}, type: {c['type']}}}\n" for c in DEMO_TODOS["columns"]
+    )
+    return (
+        f"gateway: {DEMO_GATEWAY}\n"
+        "tables:\n"
+        f"  - table: {DEMO_TODOS['table']}\n"
+        "    columns:\n"
+        f"{columns}"
+        "    softDelete: true\n"
+        "destinations:\n"
+        "  - name: local\n"
+        "    kind: sqlite\n"
+        f'    url: "sqlite:///${{{ENV_DATA_DIR}}}/destination.db"\n'
+        f"    tables: [{DEMO_TODOS['table']}]\n"
+    )
+
+
+def free_port() -> int:
+    """An unused TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def dev_token(sub: str, gw: str, secret: str, role: str = "client", **claims: Any) -> str:
+    """A token for ``sub`` on ``gw`` signed with ``secret``, valid from now for an hour."""
+    return sign_token(
+        {"sub": sub, "gw": gw, "role": role, **claims}, secret, now_s=int(time.time())
+    )
+
+
+class ManualClock:
+    """An epoch-millisecond clock that only moves when told to; call it to read it."""
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = start_ms
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            return self.now_ms
+
+    def advance(self, ms: int) -> int:
+        """Move forward by ``ms``; returns the new time."""
+        with self._lock:
+            self.now_ms += ms
+            return self.now_ms
+
+    def set(self, now_ms: int) -> None:
+        """Jump to ``now_ms`` (backwards too: a clock step)."""
+        with self._lock:
+            self.now_ms = now_ms
+
+
+@dataclass
+class GatewayProcess:
+    """``lakesync gateway`` in a subprocess on a free port of 127.0.0.1.
+
+    ``LAKESYNC_*`` variables of the calling environment are not passed on (the flags say
+    everything); ``env`` adds variables (``PYTHONPATH`` to run another copy of the code);
+    ``cwd`` is where the process starts. The log goes to ``<data_dir>/gateway-<port>.log``.
+    """
+
+    data_dir: Path
+    secret: str
+    wal_url: str | None = None
+    workers: int = 1
+    extra_args: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path | None = None
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """The gateway's base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        """The command line that starts the gateway."""
+        args = [
+            sys.executable,
+            "-m",
+            "lakesync_platform.cli",
+            "gateway",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--jwt-secret",
+            self.secret,
+            "--log-level",
+            "warning",
+        ]
+        if self.workers != 1:
+            args += ["--workers", str(self.workers)]
+        if self.wal_url:
+            args += ["--wal-url", self.wal_url]
+        return [*args, *self.extra_args]
+
+    def start(self, timeout: float = 60.0) -> GatewayProcess:
+        """Start the process and wait until ``/ready`` answers 200 (with several workers, until
+        it answered twice per worker, so the others have finished starting too)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.data_dir / f"gateway-{self.port}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
+        env.update(self.env)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.cwd,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        needed = 1 if self.workers == 1 else 2 * self.workers
+        hits = 0
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gateway exited:\n{self.log_tail()}")
+            try:
+                if self.request("GET", "/ready", timeout=2)[0] == 200:
+                    hits += 1
+                    if hits >= needed:
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"gateway did not become ready:\n{self.log_tail()}")
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        token: str | None = None,
+        timeout: float = 60,
+    ) -> tuple[int, bytes]:
+        """One plain HTTP/1.1 request (no client library in the way): ``(status, body)``."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            headers = {"Content-Type": "application/json"}
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+            conn.request(method, path, body, headers)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The end of the process's log."""
+        try:
+            return self.log_path.read_text()[-chars:] if self.log_path else ""
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout`` seconds."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def __enter__(self) -> GatewayProcess:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
