@@ -17,35 +17,32 @@ Targets (issue 3): insert p50 ≤ 200 µs; 100k rows received in ≤ 20 s.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lakesync_platform.client import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.output import RESULTS, write_json
+from benchmarks.harness.snapshot import ROOT
+from benchmarks.harness.stats import pct
+from lakesync_platform.client import (
     HttpTransport,
     InProcessTransport,
     LakeSyncClient,
     Transport,
     create_client,
 )
-from lakesync_platform.core.delta import ColumnDelta, RowDelta  # noqa: E402
-from lakesync_platform.core.hlc import encode  # noqa: E402
-from lakesync_platform.core.ids import delta_id  # noqa: E402
-from lakesync_platform.wal.service import SyncService  # noqa: E402
-from lakesync_platform.wal.store import WriteAheadLog  # noqa: E402
+from lakesync_platform.core.delta import ColumnDelta, RowDelta
+from lakesync_platform.core.hlc import encode
+from lakesync_platform.core.ids import delta_id
+from lakesync_platform.testing import GatewayProcess
+from lakesync_platform.wal.service import SyncService
+from lakesync_platform.wal.store import WriteAheadLog
 
 SCHEMA = {
     "table": "items",
@@ -61,11 +58,6 @@ GW = "bench"
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def bench_insert(n: int, tmp: Path) -> dict[str, float]:
@@ -88,7 +80,7 @@ def bench_insert(n: int, tmp: Path) -> dict[str, float]:
     return {
         "n": n,
         "p50_us": round(statistics.median(samples), 1),
-        "p99_us": round(percentile(samples, 0.99), 1),
+        "p99_us": round(pct(samples, 99), 1),
         "mean_us": round(statistics.fmean(samples), 1),
     }
 
@@ -147,60 +139,6 @@ def time_initial_pull(transport: Transport, path: Path, rows: int) -> float:
     return round(elapsed, 2)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def gateway_process(data_dir: Path, wal_url: str) -> Iterator[str]:
-    """A real gateway (uvicorn) on ``wal_url``; yields its base URL."""
-    import httpx
-
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lakesync_platform.cli",
-            "gateway",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-            "--wal-url",
-            wal_url,
-            "--no-auth",
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("gateway did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(15)
-
-
 def bench_pull(rows: int, tmp: Path, page_size: int) -> dict[str, Any]:
     """Initial pull of ``rows`` rows, in-process and over HTTP."""
     wal_url = f"sqlite:///{tmp / f'wal-{rows}.db'}"
@@ -211,9 +149,12 @@ def bench_pull(rows: int, tmp: Path, page_size: int) -> dict[str, Any]:
     service = SyncService(wal, now_ms)
     in_process = time_initial_pull(InProcessTransport(service, GW), tmp / f"inproc-{rows}.db", rows)
     wal.close()
-    with gateway_process(tmp / f"gw-{rows}", wal_url) as url:
+    gateway = GatewayProcess(  # auth off: the secret is never asked for
+        tmp / f"gw-{rows}", "unused", wal_url, extra_args=["--no-auth"], cwd=ROOT
+    )
+    with gateway:
         http = time_initial_pull(
-            HttpTransport(url, GW, timeout_s=60), tmp / f"http-{rows}.db", rows
+            HttpTransport(gateway.url, GW, timeout_s=60), tmp / f"http-{rows}.db", rows
         )
     return {
         "rows": rows,
@@ -229,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--inserts", type=int, default=5000)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "client.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "client.json")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -256,8 +197,7 @@ def main() -> None:
         "initial_pull": pulls,
         "targets": {"insert_p50_us": 200, "pull_100k_s": 20},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(args.out, report)
     print(f"wrote {args.out}")
 
 

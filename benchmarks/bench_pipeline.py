@@ -51,35 +51,27 @@ from typing import Any
 import msgspec
 import sqlalchemy
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lakesync_platform.adapters.sql import SqlAdapter  # noqa: E402
-from lakesync_platform.core.hlc import encode  # noqa: E402
-from lakesync_platform.core.schema import parse_table_schema  # noqa: E402
-from lakesync_platform.spark.flush import flush_gateway  # noqa: E402
-from lakesync_platform.spark.layout import state_table  # noqa: E402
-from lakesync_platform.spark.materialise import materialise_table  # noqa: E402
-from lakesync_platform.spark.session import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.backends import PostgresBackend
+from benchmarks.harness.cpu import host_cpu, process_cpu
+from benchmarks.harness.output import RESULTS, write_json
+from benchmarks.harness.stats import median_item
+from lakesync_platform.adapters.sql import SqlAdapter
+from lakesync_platform.core.hlc import encode
+from lakesync_platform.spark.flush import flush_gateway
+from lakesync_platform.spark.layout import state_table
+from lakesync_platform.spark.materialise import materialise_table
+from lakesync_platform.spark.session import (
     SparkSettings,
     create_spark_session,
     local_pyiceberg_catalog,
 )
-from lakesync_platform.spark.state import update_state  # noqa: E402
-from lakesync_platform.spark.wal_source import jdbc_source, read_wal_entries  # noqa: E402
-from lakesync_platform.wal.store import WriteAheadLog  # noqa: E402
+from lakesync_platform.spark.state import update_state
+from lakesync_platform.spark.wal_source import jdbc_source, read_wal_entries
+from lakesync_platform.testing import demo_todos_schema
+from lakesync_platform.wal.store import WriteAheadLog
 
-SCHEMA = parse_table_schema(
-    {
-        "table": "todos",
-        "columns": [
-            {"name": "title", "type": "string"},
-            {"name": "completed", "type": "boolean"},
-            {"name": "priority", "type": "number"},
-            {"name": "tags", "type": "json"},
-        ],
-    }
-)
+SCHEMA = demo_todos_schema()
 ENCODE = msgspec.json.Encoder().encode
 _INSERT = (
     "INSERT INTO wal_entries (gateway_id, cursor, delta_id, tbl, row_id, op, client_id, hlc, "
@@ -166,19 +158,15 @@ class Meter:
 
     def __init__(self, spark: Any) -> None:
         self.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-        self.tick = os.sysconf("SC_CLK_TCK")
 
-    def _host_busy(self) -> float:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        idle = fields[3] + fields[4]
-        return (sum(fields[:8]) - idle) / self.tick
+    @staticmethod
+    def _host_busy() -> float:
+        busy, steal = host_cpu()
+        return busy + steal
 
     def _own(self) -> float:
-        with open(f"/proc/{self.jvm_pid}/stat") as f:
-            jvm = f.read().rsplit(")", 1)[1].split()
         me = os.times()
-        return (int(jvm[11]) + int(jvm[12])) / self.tick + me.user + me.system
+        return process_cpu(self.jvm_pid) + me.user + me.system
 
     @contextmanager
     def section(self, into: dict[str, Any], name: str) -> Iterator[None]:
@@ -298,14 +286,11 @@ def main() -> None:
         help="write the lake through Hadoop's default local filesystem (a chmod process per "
         "file) instead of the fork-free one, to measure what that one saves",
     )
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pipeline.json"))
+    parser.add_argument("--out", default=str(RESULTS / "pipeline.json"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    db = f"lakesync_bench_{uuid.uuid4().hex[:8]}"
-    admin = sqlalchemy.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{db}"')
-    pg_url = args.pg_url.rsplit("/", 1)[0] + "/" + db
+    postgres = PostgresBackend(args.pg_url)
+    pg_url = postgres.fresh("pipeline")
     work = Path(tempfile.mkdtemp(prefix="lakesync-bench-"))
     report: dict[str, Any] = {
         "machine": {
@@ -341,8 +326,8 @@ def main() -> None:
             # Each metric's median over the rounds, taken independently: the flush + state
             # figures come from the round with the median flush+state ratio, the materialise
             # figures from the round with the median materialise ratio.
-            by_flush = sorted(rounds, key=lambda r: r["flush_state_ratio"])[len(rounds) // 2]
-            by_mat = sorted(rounds, key=lambda r: r["materialise_ratio"])[len(rounds) // 2]
+            by_flush = median_item(rounds, key=lambda r: r["flush_state_ratio"])
+            by_mat = median_item(rounds, key=lambda r: r["materialise_ratio"])
             median = dict(by_flush)
             for key in _MATERIALISE_KEYS:
                 median[key] = by_mat[key]
@@ -351,12 +336,8 @@ def main() -> None:
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
-        admin.dispose()
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+        postgres.drop(pg_url)
+    write_json(args.out, report)
     print(
         f"{'entries':>9} {'flush+state s':>14} {'deltas/s':>9} {'plain s':>8} {'ratio':>6} "
         f"{'mat rows':>9} {'mat s':>6} {'rows/s':>8} {'COPY s':>7} {'ratio':>6} "

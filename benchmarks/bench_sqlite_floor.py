@@ -42,10 +42,9 @@ from typing import Any
 
 from sqlalchemy import create_engine
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from lakesync_platform.wal import tables  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.output import RESULTS, write_json
+from lakesync_platform.wal import tables
 
 GW = "bench"
 BATCH = 500
@@ -268,7 +267,7 @@ def main() -> None:
     parser.add_argument("--page-size", type=int, default=4096)
     parser.add_argument("--checkpoint-every", type=float, default=0.05, help="seconds")
     parser.add_argument("--synchronous", choices=("FULL", "NORMAL", "OFF"), default="FULL")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sqlite_floor.json"))
+    parser.add_argument("--out", default=str(RESULTS / "sqlite_floor.json"))
     args = parser.parse_args()
     settings = Settings(args.page_size, args.synchronous, args.checkpoint_every)
     sizes = [int(v) for v in args.sizes.split(",")]
@@ -282,10 +281,7 @@ def main() -> None:
         r["slowdown_vs_first"] = round(r["us_per_delta"] / base - 1, 3)
         first = results[0]["stored"]
         print(f"{r['stored']:>9,} stored: {r['slowdown_vs_first']:.0%} slower than {first:,}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"batch": BATCH, **asdict(settings), "results": results}
-    out.write_text(json.dumps(report, indent=2))
+    out = write_json(args.out, {"batch": BATCH, **asdict(settings), "results": results})
     print(f"JSON: {out}")
 
 

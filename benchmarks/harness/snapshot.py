@@ -61,8 +61,12 @@ def _take_snapshot() -> Path:
         if (ROOT / pkg).is_dir():
             shutil.copytree(ROOT / pkg, snap / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     pid = os.getpid()
-    # removed at exit of this process only (forked workers leave through os._exit)
-    atexit.register(lambda: os.getpid() == pid and shutil.rmtree(snap, ignore_errors=True))
+
+    def remove() -> None:  # at exit of this process only (forked workers leave by os._exit)
+        if os.getpid() == pid:
+            shutil.rmtree(snap, ignore_errors=True)
+
+    atexit.register(remove)
     return snap
 
 
