@@ -9,6 +9,7 @@ COPY pyproject.toml README.md ./
 COPY lakesync_platform ./lakesync_platform
 COPY gateway ./gateway
 COPY assets ./assets
+COPY resources ./resources
 COPY sensors ./sensors
 COPY workspace.yaml ./
 COPY defs ./defs

@@ -18,27 +18,39 @@ import dagster as dg
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.core.schema import TableSchema
-from lakesync_platform.pipeline.jobs import Pipeline
-from lakesync_platform.settings import PipelineSettings
+from lakesync_platform.pipeline.context import PipelineContext
+from lakesync_platform.settings import (
+    ENV_BACKLOG_AGE_SECONDS,
+    ENV_BACKLOG_BYTES,
+    ENV_CATALOG_URI,
+    ENV_DATA_DIR,
+    ENV_DEFS_DIR,
+    ENV_JAR_DIR,
+    ENV_SPARK_MASTER,
+    ENV_WAL_URL,
+    ENV_WAREHOUSE,
+    PipelineSettings,
+)
+from resources.lakesync import LakeSyncResource
+from resources.sync_runs import sync_job_name
 from sensors.backlog import build_backlog_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
 from sensors.schedules import build_sync_schedule
 
-from .gateway_assets import UnresolvedAssetJobDefinition, build_gateway_defs
-from .resources import LakeSyncResource
+from .gateway_assets import build_gateway_defs
 
 __all__ = ["build_definitions", "defs", "lakesync_resource"]
 
 log = logging.getLogger(__name__)
 
 _ENV_FIELDS = {
-    "data_dir": "LAKESYNC_DATA_DIR",
-    "wal_url": "LAKESYNC_WAL_URL",
-    "defs_dir": "LAKESYNC_DEFS_DIR",
-    "spark_master": "LAKESYNC_SPARK_MASTER",
-    "jar_dir": "LAKESYNC_JAR_DIR",
-    "catalog_uri": "LAKESYNC_CATALOG_URI",
-    "warehouse": "LAKESYNC_WAREHOUSE",
+    "data_dir": ENV_DATA_DIR,
+    "wal_url": ENV_WAL_URL,
+    "defs_dir": ENV_DEFS_DIR,
+    "spark_master": ENV_SPARK_MASTER,
+    "jar_dir": ENV_JAR_DIR,
+    "catalog_uri": ENV_CATALOG_URI,
+    "warehouse": ENV_WAREHOUSE,
 }
 
 
@@ -47,56 +59,52 @@ def lakesync_resource(env: Mapping[str, str]) -> LakeSyncResource:
     config: dict[str, object] = {
         field: dg.EnvVar(var) for field, var in _ENV_FIELDS.items() if env.get(var)
     }
-    if env.get("LAKESYNC_BACKLOG_BYTES"):
-        config["backlog_bytes"] = dg.EnvVar.int("LAKESYNC_BACKLOG_BYTES")
-    if env.get("LAKESYNC_BACKLOG_AGE_SECONDS"):
-        config["backlog_age_seconds"] = dg.EnvVar.int("LAKESYNC_BACKLOG_AGE_SECONDS")
+    if env.get(ENV_BACKLOG_BYTES):
+        config["backlog_bytes"] = dg.EnvVar.int(ENV_BACKLOG_BYTES)
+    if env.get(ENV_BACKLOG_AGE_SECONDS):
+        config["backlog_age_seconds"] = dg.EnvVar.int(ENV_BACKLOG_AGE_SECONDS)
     return LakeSyncResource(**config)
 
 
-def _known_tables(pipeline: Pipeline) -> dict[str, dict[str, TableSchema]]:
+def _known_tables(ctx: PipelineContext) -> dict[str, dict[str, TableSchema]]:
     """Tables per gateway: declarations applied to the config store, then read back from it."""
     try:
-        pipeline.apply_declarations()
-        return {gw: pipeline.tables(gw) for gw in pipeline.gateways()}
+        return {gw: ctx.tables(gw) for gw in ctx.gateways()}
     except LakeSyncError as exc:
         log.warning("config store unavailable (%s); using declared tables only", exc)
-        return {gw: dict(d.tables) for gw, d in pipeline.declarations.gateways.items()}
+        return {gw: dict(d.tables) for gw, d in ctx.declarations.gateways.items()}
 
 
 def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
-    """All assets, checks, jobs, sensors and schedules for the settings in ``env``."""
-    resource = lakesync_resource(env)
-    pipeline = Pipeline(PipelineSettings.from_env(env))
+    """All assets, checks, jobs, sensors and schedules for the settings in ``env``.
+
+    Sensors and schedules target each gateway's sync job by name.
+    """
+    ctx = PipelineContext(PipelineSettings.from_env(env))
     try:
-        tables = _known_tables(pipeline)
-        destinations = {gw: pipeline.destinations(gw) for gw in tables}
+        tables = _known_tables(ctx)
+        destinations = {gw: ctx.destinations(gw) for gw in tables}
     finally:
-        pipeline.close()
-    assets: list[dg.AssetsDefinition] = []
-    checks: list[dg.AssetChecksDefinition] = []
-    jobs: list[UnresolvedAssetJobDefinition] = []
-    sensors: list[dg.SensorDefinition] = [build_request_failure_sensor()]
-    schedules: list[dg.ScheduleDefinition] = []
+        ctx.close()
+    per_gateway: list[dg.Definitions] = []
     for gw in sorted(tables):
-        gdefs = build_gateway_defs(gw, tables[gw], destinations[gw])
-        assets += gdefs.assets
-        checks += gdefs.checks
-        jobs.append(gdefs.job)
-        sensors += [
-            build_backlog_sensor(gw, gdefs.job.name),
-            build_flush_request_sensor(gw, gdefs.job.name),
-        ]
-        schedules.append(build_sync_schedule(gdefs.job.name))
-    return dg.Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        sensors=sensors,
-        schedules=schedules,
-        resources={"lakesync": resource},
+        job_name = sync_job_name(gw)
+        per_gateway.append(build_gateway_defs(gw, tables[gw], destinations[gw]))
+        per_gateway.append(
+            dg.Definitions(
+                sensors=[
+                    build_backlog_sensor(gw, job_name),
+                    build_flush_request_sensor(gw, job_name),
+                ],
+                schedules=[build_sync_schedule(job_name)],
+            )
+        )
+    common = dg.Definitions(
+        sensors=[build_request_failure_sensor()],
+        resources={"lakesync": lakesync_resource(env)},
         executor=dg.in_process_executor,
     )
+    return dg.Definitions.merge(common, *per_gateway)
 
 
 @dg.definitions

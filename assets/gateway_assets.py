@@ -6,74 +6,35 @@ Asset keys (group = gateway id):
 * ``<gw>/state/<table>`` — one Iceberg state table per table (state);
 * ``<gw>/<destination>/<table>`` — one destination table per declared destination and table.
 
-The job ``sync_<gw>`` materialises all of them in order, so state and destinations always follow
-a flush; sensors and the schedule launch it. Its runs carry the tag ``lakesync/gateway=<gw>``:
-a Dagster tag concurrency limit of 1 on it (``lakesync dev`` configures one) keeps one run per
-gateway at a time, and the sensors skip while a run of the job is active.
+The job ``sync_<gw>`` (:func:`resources.sync_runs.sync_job_name`) materialises all of them in
+order, so state and destinations always follow a flush; sensors and the schedule launch it by
+name. Its runs carry the tag ``lakesync/gateway=<gw>``: a Dagster tag concurrency limit of 1 on
+it (``lakesync dev`` configures one) keeps one run per gateway at a time, and the sensors skip
+while a run of the job is active.
 """
 
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 
 from lakesync_platform.core.schema import TableSchema
-from lakesync_platform.pipeline.declarations import DestinationDecl
-from lakesync_platform.pipeline.jobs import CheckOutcome
+from lakesync_platform.declarations import DestinationDecl
+from lakesync_platform.pipeline.context import CheckOutcome
+from lakesync_platform.pipeline.flush import check_log_exactly_once, run_flush
+from lakesync_platform.pipeline.materialise import (
+    check_destination_matches_state,
+    run_materialise,
+)
+from lakesync_platform.pipeline.state import check_state_matches_log, run_state
+from resources.lakesync import LakeSyncResource
+from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-from .resources import LakeSyncResource
-
-__all__ = [
-    "FLUSH_REQUESTS_TAG",
-    "GATEWAY_TAG",
-    "GatewayDefs",
-    "active_run_count",
-    "build_gateway_defs",
-    "sync_job_name",
-]
-
-GATEWAY_TAG = "lakesync/gateway"
-"""Run tag naming the gateway a sync run works on (the key of its concurrency limit)."""
-FLUSH_REQUESTS_TAG = "lakesync/flush_requests"
-"""Run tag listing the gateway flush-request ids a run serves (comma-separated)."""
-
-
-_ACTIVE = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
-
-def active_run_count(instance: dg.DagsterInstance, job_name: str) -> int:
-    """How many runs of ``job_name`` are queued or running."""
-    return len(
-        instance.get_run_records(
-            filters=dg.RunsFilter(job_name=job_name, statuses=_ACTIVE), limit=5
-        )
-    )
-
-
-def sync_job_name(gw: str) -> str:
-    """Name of the job that flushes, merges and materialises gateway ``gw``."""
-    return f"sync_{gw.replace('-', '_')}"
+__all__ = ["build_gateway_defs"]
 
 
 def _key_part(gw: str) -> str:
     return gw.replace("-", "_")
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayDefs:
-    """The definitions of one gateway."""
-
-    assets: list[dg.AssetsDefinition]
-    checks: list[dg.AssetChecksDefinition]
-    job: UnresolvedAssetJobDefinition
-    deltas_key: dg.AssetKey
 
 
 def _now_ms() -> int:
@@ -90,8 +51,8 @@ def _mark_requests(
 
 def build_gateway_defs(
     gw: str, tables: Mapping[str, TableSchema], destinations: Mapping[str, DestinationDecl]
-) -> GatewayDefs:
-    """Build the assets, checks and job of ``gw`` for the tables and destinations known now."""
+) -> dg.Definitions:
+    """The assets, checks and sync job of ``gw`` for the tables and destinations known now."""
     part = _key_part(gw)
     deltas_key = dg.AssetKey([part, "lakesync_deltas"])
     state_keys = {t: dg.AssetKey([part, "state", t]) for t in tables}
@@ -112,7 +73,7 @@ def build_gateway_defs(
         context: dg.AssetExecutionContext, lakesync: LakeSyncResource
     ) -> dg.MaterializeResult:
         try:
-            result = lakesync.pipeline().flush(gw)
+            result = run_flush(lakesync.context(), gw)
         except Exception as exc:
             _mark_requests(lakesync, context, "failed", f"flush failed: {exc}"[:2000])
             raise
@@ -152,13 +113,13 @@ def build_gateway_defs(
         def state(
             context: dg.AssetExecutionContext, lakesync: LakeSyncResource
         ) -> Iterator[dg.MaterializeResult]:
-            pipeline = lakesync.pipeline()
+            ctx = lakesync.context()
             selected = [t for t, k in state_keys.items() if k in context.selected_asset_keys]
             if len(selected) == len(state_keys):
                 # Tables registered after this code location loaded flow through as well; their
                 # assets appear on the next reload.
-                selected += [t for t in pipeline.tables(gw) if t not in state_keys]
-            for r in pipeline.state(gw, selected):
+                selected += [t for t in ctx.tables(gw) if t not in state_keys]
+            for r in run_state(ctx, gw, selected):
                 if r.table not in state_keys:
                     context.log.info(f"state of runtime-registered table {r.table!r}: {r}")
                     continue
@@ -193,12 +154,12 @@ def build_gateway_defs(
         def materialise(
             context: dg.AssetExecutionContext, lakesync: LakeSyncResource
         ) -> Iterator[dg.MaterializeResult]:
-            pipeline = lakesync.pipeline()
+            ctx = lakesync.context()
             selected = [dt for dt, k in dest_keys.items() if k in context.selected_asset_keys]
             everything = len(selected) == len(dest_keys)
             for d in sorted({d for d, _ in selected}):
                 chosen = None if everything else [t for dd, t in selected if dd == d]
-                for r in pipeline.materialise(gw, [d], chosen):
+                for r in run_materialise(ctx, gw, [d], chosen):
                     if (d, r.table) not in dest_keys:
                         context.log.info(f"materialised runtime-registered table: {r}")
                         continue
@@ -221,7 +182,7 @@ def build_gateway_defs(
         description=f"Flush gateway {gw!r} to the lake, merge state, materialise destinations.",
         tags={GATEWAY_TAG: gw},
     )
-    return GatewayDefs(assets, checks, job, deltas_key)
+    return dg.Definitions(assets=assets, asset_checks=checks, jobs=[job])
 
 
 def _check_result(outcome: CheckOutcome, **target: str | dg.AssetKey) -> dg.AssetCheckResult:
@@ -248,7 +209,7 @@ def _build_checks(
         description="Every WAL entry up to the lake watermark is in the change log exactly once.",
     )
     def log_exactly_once(lakesync: LakeSyncResource) -> dg.AssetCheckResult:
-        return _check_result(lakesync.pipeline().check_log_exactly_once(gw))
+        return _check_result(check_log_exactly_once(lakesync.context(), gw))
 
     checks: list[dg.AssetChecksDefinition] = [log_exactly_once]
     if state_keys:
@@ -262,7 +223,7 @@ def _build_checks(
             for table, key in state_keys.items():
                 if key not in selected:
                     continue
-                outcome = lakesync.pipeline().check_state_matches_log(gw, table)
+                outcome = check_state_matches_log(lakesync.context(), gw, table)
                 yield _check_result(outcome, asset_key=key, check_name="matches_log_replay")
 
         checks.append(state_checks)
@@ -277,7 +238,7 @@ def _build_checks(
             for (dest, table), key in dest_keys.items():
                 if key not in selected:
                     continue
-                outcome = lakesync.pipeline().check_destination_matches_state(gw, dest, table)
+                outcome = check_destination_matches_state(lakesync.context(), gw, dest, table)
                 yield _check_result(outcome, asset_key=key, check_name="matches_state")
 
         checks.append(destination_checks)

@@ -308,7 +308,7 @@ def main() -> None:
             shuffle_partitions=8,
             fork_free_local_fs=not args.hadoop_local_fs,
         )
-        spark = create_spark_session(settings)
+        spark = create_spark_session(settings, env=os.environ)
         report["lake_filesystem"] = spark.conf.get(
             "spark.sql.catalog.lakesync.hadoop.fs.file.impl", "Hadoop default"
         )

@@ -38,13 +38,15 @@ def _defs_dir(fn: Any) -> Any:
 @data_dir_option
 def setup(data_dir: Path) -> None:
     """Prepare Spark + Iceberg offline: check Java, fill <data-dir>/jars (idempotent)."""
-    from .spark.setup import default_jar_dir, ensure_jars, ensure_java
+    from .install.jars import ensure_jars
+    from .install.jdk import find_java
+    from .settings import DataLayout
 
     try:
         started = time.monotonic()
-        java = ensure_java()
-        click.echo(f"java      {java}")
-        jars = ensure_jars(default_jar_dir(data_dir))
+        java = find_java(os.environ)
+        click.echo(f"java      {java.java}")
+        jars = ensure_jars(DataLayout.at(data_dir).jar_dir, os.environ)
         for jar in jars.all:
             click.echo(f"jar       {jar}")
         if jars.local_fs is None:
@@ -65,15 +67,17 @@ def setup(data_dir: Path) -> None:
 @click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
 def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
     """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything."""
+    from .install.jars import ensure_jars
+    from .install.jdk import find_java
     from .pipeline.devstack import DevStack, DevStackSettings
-    from .spark.setup import default_jar_dir, ensure_jars, ensure_java
+    from .settings import DataLayout
 
     workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
     try:
-        ensure_java()
-        ensure_jars(default_jar_dir(data_dir))
+        find_java(os.environ)
+        ensure_jars(DataLayout.at(data_dir).jar_dir, os.environ)
     except LakeSyncError as exc:
         raise click.ClickException(exc.message) from exc
     stack = DevStack(
@@ -115,30 +119,33 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @click.option("--wal-url", envvar="LAKESYNC_WAL_URL", help="sqlite:///PATH or postgresql://…")
 def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure)."""
-    from .pipeline.jobs import Pipeline
+    from .pipeline.context import PipelineContext
+    from .pipeline.flush import run_flush
+    from .pipeline.materialise import run_materialise
+    from .pipeline.state import run_state
     from .settings import PipelineSettings
 
     logging.basicConfig(level=logging.WARNING)
     settings = PipelineSettings.from_env(
         os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
     )
-    pipeline = Pipeline(settings)
+    ctx = PipelineContext(settings)
     try:
-        pipeline.apply_declarations()
-        gateways = [gw] if gw else pipeline.gateways()
+        ctx.apply_declarations()
+        gateways = [gw] if gw else ctx.gateways()
         for g in gateways:
             if stage == "flush":
-                click.echo(repr(pipeline.flush(g)))
+                click.echo(repr(run_flush(ctx, g)))
             elif stage == "state":
-                for state_result in pipeline.state(g):
+                for state_result in run_state(ctx, g):
                     click.echo(repr(state_result))
             else:
-                for mat_result in pipeline.materialise(g):
+                for mat_result in run_materialise(ctx, g):
                     click.echo(repr(mat_result))
     except LakeSyncError as exc:
         raise click.ClickException(f"{stage} failed: {exc.message}") from exc
     finally:
-        pipeline.close()
+        ctx.close()
 
 
 def register(group: click.Group) -> None:

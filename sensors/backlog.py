@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from assets.gateway_assets import active_run_count
-from assets.resources import LakeSyncResource
+from resources.lakesync import LakeSyncResource
+from resources.sync_runs import active_run_count
 
 __all__ = ["backlog_decision", "build_backlog_sensor"]
 

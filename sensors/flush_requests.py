@@ -10,10 +10,15 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from assets.gateway_assets import FLUSH_REQUESTS_TAG, active_run_count
-from assets.resources import LakeSyncResource
+from resources.lakesync import LakeSyncResource
+from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, active_run_count
 
 __all__ = ["build_flush_request_sensor", "build_request_failure_sensor"]
+
+_RUNNING_LIMIT = 10_000
+"""How many of a gateway's running requests the failure sensor reads: far above the at most
+100 one run serves (the request sensor takes 100 pending ones per run) plus any left running
+by cancelled runs."""
 
 
 def build_flush_request_sensor(
@@ -52,20 +57,28 @@ def build_flush_request_sensor(
 def build_request_failure_sensor(
     clock: Callable[[], float] = time.time,
 ) -> dg.SensorDefinition:
-    """Mark the flush requests of a failed run as ``failed`` (any gateway)."""
+    """Mark the flush requests of a failed run as ``failed`` (any gateway).
+
+    Only requests still ``running`` are marked: the change-log asset may already have marked
+    them ``succeeded`` (a later asset failed) or ``failed``. They are looked up among the run's
+    gateway's running requests, however many requests the WAL holds.
+    """
 
     @dg.run_failure_sensor(
         name="lakesync_flush_request_failures",
         default_status=dg.DefaultSensorStatus.RUNNING,
     )
     def request_failures(context: dg.RunFailureSensorContext, lakesync: LakeSyncResource) -> None:
-        ids = context.dagster_run.tags.get(FLUSH_REQUESTS_TAG, "")
+        tags = context.dagster_run.tags
+        ids = set(filter(None, tags.get(FLUSH_REQUESTS_TAG, "").split(",")))
+        if not ids:
+            return
         message = context.failure_event.message or "run failed"
         wal = lakesync.wal()
+        running = wal.flush_requests(tags.get(GATEWAY_TAG), "running", limit=_RUNNING_LIMIT)
         now = int(clock() * 1000)
-        for request_id in filter(None, ids.split(",")):
-            current = [r for r in wal.flush_requests(None, None) if r.request_id == request_id]
-            if current and current[0].status == "running":
-                wal.update_flush_request(request_id, "failed", message[:2000], now)
+        for request in running:
+            if request.request_id in ids:
+                wal.update_flush_request(request.request_id, "failed", message[:2000], now)
 
     return request_failures

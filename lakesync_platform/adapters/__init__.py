@@ -1,1 +1,2 @@
-"""Destinations and sources: SQL adapters (Postgres, MySQL/MariaDB, SQLite)."""
+"""Destinations and sources: the `Destination` port and the SQL adapters (Postgres, MySQL/MariaDB,
+SQLite)."""

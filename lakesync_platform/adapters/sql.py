@@ -1,6 +1,8 @@
 """SQL destinations and the ``DatabaseAdapter`` role: PostgreSQL, MySQL/MariaDB and SQLite.
 
-A :class:`SqlAdapter` wraps one SQLAlchemy engine and speaks its dialect natively:
+A :class:`SqlAdapter` wraps one SQLAlchemy engine, implements the
+:class:`~lakesync_platform.adapters.destination.Destination` port (its unit of work is a
+SQLAlchemy connection inside a transaction) and speaks its dialect natively:
 
 * **destination tables** (PROTOCOL.md §10.5): ``row_id``, the schema's typed columns, ``props``
   (JSON, default ``{}``, never written by upserts), ``deleted_at`` when the schema soft-deletes,
@@ -417,6 +419,28 @@ class SqlAdapter:
         with self.transaction() as conn:
             result = conn.execute(text(f"SELECT * FROM {self.dialect.q(name)}"))
             return [dict(r._mapping) for r in result]
+
+    def read_back(self, schema: TableSchema, name: str | None = None) -> list[dict[str, Any]]:
+        """Every row of the destination table of ``schema``, synced columns as the lake's state
+        holds them: json decoded, booleans as ``bool``, numbers as ``float``."""
+        types = [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
+        rows = self.read_rows(name or schema.table)
+        for row in rows:
+            for col, typ in types:
+                row[col] = self._state_value(row[col], typ)
+        return rows
+
+    def _state_value(self, value: Any, typ: str) -> Any:
+        """A value read from this dialect as the lake's state holds it."""
+        if value is None:
+            return None
+        if typ == "json":
+            return value if self.dialect.name == "postgresql" else json.loads(value)
+        if typ == "boolean":
+            return bool(value)
+        if typ == "number":
+            return float(value)
+        return value
 
     def drop_table(self, name: str) -> None:
         """Drop a table if it exists."""

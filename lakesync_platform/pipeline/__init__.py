@@ -1,1 +1,2 @@
-"""Pipeline orchestration without Dagster: declarations, run-once jobs, the dev stack."""
+"""The pipeline without Dagster: one module per stage (flush, state, materialise) and the run
+context they share (:mod:`.context`)."""

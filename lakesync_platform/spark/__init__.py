@@ -1,1 +1,2 @@
-"""Spark session factory, offline set-up and the pipeline jobs (flush, state, materialise)."""
+"""Spark session factory and the pipeline jobs (flush, state, materialise) as pure transforms
+plus thin entry points."""

@@ -19,8 +19,9 @@ columns.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..core.delta import check_identifier
 from ..core.errors import ValidationError
@@ -50,6 +51,7 @@ __all__ = [
     "q",
     "state_columns",
     "state_table",
+    "state_value",
     "synced_columns",
     "table_exists",
 ]
@@ -127,6 +129,15 @@ def log_table(schema: TableSchema) -> str:
 def synced_columns(schema: TableSchema) -> list[tuple[str, str]]:
     """``(name, type)`` of the schema's columns that the lake keeps (not ``row_id``)."""
     return [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
+
+
+def state_value(value: Any, typ: str) -> Any:
+    """A state-table cell as a Python value (json-typed columns hold JSON text)."""
+    if value is None:
+        return None
+    if typ == "json":
+        return json.loads(value)
+    return value
 
 
 def state_columns(schema: TableSchema) -> list[tuple[str, str]]:

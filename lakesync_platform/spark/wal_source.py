@@ -2,7 +2,9 @@
 
 The WAL is written through :class:`lakesync_platform.wal.store.WriteAheadLog`; the flush reads
 the same rows in bulk with Spark's JDBC source (parallel by cursor range), which is far faster
-than paging entries through Python. :func:`jdbc_source` translates the WAL's SQLAlchemy URL.
+than paging entries through Python. The query is the WAL's own
+(:func:`lakesync_platform.wal.export.export_query`); this module only runs it.
+:func:`jdbc_source` translates the WAL's SQLAlchemy URL.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import make_url
 
 from ..core.errors import AdapterError
+from ..wal.export import CURSOR_COLUMN, EXPORT_COLUMNS, export_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +24,7 @@ __all__ = ["JdbcSource", "jdbc_source", "read_wal_entries"]
 
 _ROWS_PER_PARTITION = 250_000
 _MIN_ROWS_PER_PARTITION = 25_000
+_SPARK_TYPES = {"int64": "BIGINT", "int32": "INT", "text": "STRING"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +74,6 @@ def jdbc_source(sqlalchemy_url: str) -> JdbcSource:
     raise AdapterError(f"No JDBC mapping for database URL backend {backend!r}")
 
 
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
 def read_wal_entries(
     spark: SparkSession, source: JdbcSource, gw: str, after: int, up_to: int
 ) -> DataFrame:
@@ -82,11 +82,7 @@ def read_wal_entries(
     Columns: ``cursor, delta_id, tbl, row_id, op, client_id, hlc, columns, ingest_ms, size``.
     Large ranges are read in parallel partitions of the cursor range.
     """
-    query = (
-        "SELECT cursor, delta_id, tbl, row_id, op, client_id, hlc, columns, ingest_ms, size "
-        f"FROM wal_entries WHERE gateway_id = {_sql_string(gw)} "
-        f"AND cursor > {int(after)} AND cursor <= {int(up_to)}"
-    )
+    query = export_query(gw, after, up_to)
     reader = spark.read.format("jdbc").options(**source.options())
     span = max(up_to - after, 1)
     # Enough partitions to keep every core busy (also in the jobs that read the files this
@@ -97,21 +93,12 @@ def read_wal_entries(
     reader = reader.option("dbtable", f"({query}) wal_range").option("fetchsize", "20000")
     if partitions > 1:
         reader = (
-            reader.option("partitionColumn", "cursor")
+            reader.option("partitionColumn", CURSOR_COLUMN)
             .option("lowerBound", str(after + 1))
             .option("upperBound", str(up_to + 1))
             .option("numPartitions", str(partitions))
         )
     df = reader.load()
     return df.selectExpr(
-        "CAST(cursor AS BIGINT) AS cursor",
-        "CAST(delta_id AS STRING) AS delta_id",
-        "CAST(tbl AS STRING) AS tbl",
-        "CAST(row_id AS STRING) AS row_id",
-        "CAST(op AS STRING) AS op",
-        "CAST(client_id AS STRING) AS client_id",
-        "CAST(hlc AS BIGINT) AS hlc",
-        "CAST(columns AS STRING) AS columns",
-        "CAST(ingest_ms AS BIGINT) AS ingest_ms",
-        "CAST(size AS INT) AS size",
+        *(f"CAST({c.name} AS {_SPARK_TYPES[c.kind]}) AS {c.name}" for c in EXPORT_COLUMNS)
     )

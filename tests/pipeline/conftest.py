@@ -7,6 +7,7 @@ share the session and the catalog without sharing data.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,7 +45,7 @@ def spark(spark_settings: Any) -> Iterator[Any]:
     """The one SparkSession of the test suite (local, Iceberg catalog ``lakesync``)."""
     from lakesync_platform.spark.session import create_spark_session
 
-    session = create_spark_session(spark_settings)
+    session = create_spark_session(spark_settings, env=os.environ)
     yield session
     session.stop()
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from lakesync_platform.cli_pipeline import run, setup
-from lakesync_platform.spark.setup import ICEBERG_RUNTIME_JAR, SHADED_JACKSON_JAR
+from lakesync_platform.install.jars import ICEBERG_RUNTIME_JAR, SHADED_JACKSON_JAR
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .conftest import Pusher

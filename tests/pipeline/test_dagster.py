@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from assets.definitions import build_definitions
-from assets.gateway_assets import FLUSH_REQUESTS_TAG, sync_job_name
 from lakesync_platform.wal.store import WriteAheadLog
+from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 from sensors.backlog import backlog_decision
 
 from .conftest import TODOS, Pusher
@@ -175,3 +175,76 @@ def test_backlog_decision_rule() -> None:
     assert backlog_decision(100, None, 0, 100, 60) is not None
     assert backlog_decision(1, 1_000, 61_000, 100, 60) is not None
     assert backlog_decision(1, 1_000, 30_000, 100, 60) is None
+
+
+def _failed_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> tuple[Any, Any]:
+    """A run that failed with ``tags``, and its failure event."""
+
+    @dg.op
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    @dg.job(name="failing_sync")
+    def failing() -> None:
+        boom()
+
+    result = failing.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+    assert not result.success
+    (event,) = [e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE]
+    return result.dagster_run, event
+
+
+def test_failure_sensor_marks_a_failed_runs_requests_among_many(
+    defs: dg.Definitions, gw: str, wal: WriteAheadLog
+) -> None:
+    # More than 100 older requests, of this gateway and of another one, all before the run's.
+    for i in range(120):
+        old = wal.request_flush(gw, 10 + i)
+        wal.update_flush_request(old.request_id, "succeeded", "done", 10 + i)
+        wal.request_flush("other_gateway", 10 + i)
+    request = wal.request_flush(gw, 1_000)
+    wal.update_flush_request(request.request_id, "running", "sync run requested", 1_000)
+    instance = dg.DagsterInstance.ephemeral()
+    run, event = _failed_run(instance, {FLUSH_REQUESTS_TAG: request.request_id, GATEWAY_TAG: gw})
+    sensor = defs.resolve_sensor_def("lakesync_flush_request_failures")
+    with dg.build_run_status_sensor_context(
+        sensor_name=sensor.name,
+        dagster_event=event,
+        dagster_instance=instance,
+        dagster_run=run,
+        resources=defs.resources,
+    ) as context:
+        sensor(context.for_run_failure())
+    (marked,) = [
+        r for r in wal.flush_requests(gw, None, 1_000) if r.request_id == request.request_id
+    ]
+    assert marked.status == "failed" and "boom" in (marked.detail or "")
+    assert len(wal.flush_requests(gw, "succeeded", 1_000)) == 120  # the others stay as they were
+
+
+def test_sensors_and_assets_share_through_resources_not_each_other() -> None:
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+
+    def imports(folder: str) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for path in sorted((root / folder).glob("*.py")):
+            tree = ast.parse(path.read_text("utf-8"))
+            names = {
+                alias.name.split(".")[0]
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Import)
+                for alias in node.names
+            } | {
+                node.module.split(".")[0]
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+            }
+            found[path.name] = names
+        return found
+
+    assert all("assets" not in names for names in imports("sensors").values())
+    # Only the code location's Definitions composes the two.
+    assert {f for f, names in imports("assets").items() if "sensors" in names} == {"definitions.py"}
+    assert all(not {"assets", "sensors"} & names for names in imports("resources").values())

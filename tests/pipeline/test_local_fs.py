@@ -10,16 +10,15 @@ from typing import Any
 
 import pytest
 
-from lakesync_platform.spark import setup as spark_setup
+from lakesync_platform.install.local_fs import LOCAL_FS_CLASS, ensure_local_fs_jar
 from lakesync_platform.spark.session import SparkSettings
-from lakesync_platform.spark.setup import LOCAL_FS_CLASS, ensure_local_fs_jar
 from lakesync_platform.spark.snapshots import load_table
 
 
 def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Path) -> None:
     stale = tmp_path / "lakesync-local-fs-000000000000.jar"
     stale.write_bytes(b"an older build")
-    jar = ensure_local_fs_jar(tmp_path)
+    jar = ensure_local_fs_jar(tmp_path, os.environ)
     assert jar is not None and jar.exists() and jar.parent == tmp_path
     assert not stale.exists()
     with zipfile.ZipFile(jar) as z:
@@ -27,15 +26,13 @@ def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Pa
     assert "io/lakesync/platform/hadoop/NoForkLocalFileSystem.class" in names
     assert "io/lakesync/platform/hadoop/NoForkLocalFileSystem$Raw.class" in names
     stamp = jar.stat().st_mtime_ns
-    assert ensure_local_fs_jar(tmp_path) == jar and jar.stat().st_mtime_ns == stamp
+    assert ensure_local_fs_jar(tmp_path, os.environ) == jar and jar.stat().st_mtime_ns == stamp
     assert sorted(p.name for p in tmp_path.iterdir()) == [jar.name]  # no build leftovers
 
 
-def test_without_javac_the_lake_keeps_hadoops_filesystem(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(spark_setup, "_find_javac", lambda: None)
-    assert ensure_local_fs_jar(tmp_path) is None
+def test_without_javac_the_lake_keeps_hadoops_filesystem(tmp_path: Path) -> None:
+    no_jdk = {"PATH": str(tmp_path / "missing")}  # no JAVA_HOME, nothing on PATH
+    assert ensure_local_fs_jar(tmp_path, no_jdk) is None
     assert list(tmp_path.iterdir()) == []
     settings = SparkSettings(data_dir=tmp_path)
     key = "spark.sql.catalog.lakesync.hadoop.fs.file.impl"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lakesync_platform.pipeline.declarations import (
+from lakesync_platform.declarations import (
     DeclarationError,
     apply_declarations,
     expand_env,
@@ -15,7 +16,7 @@ from lakesync_platform.pipeline.declarations import (
 )
 from lakesync_platform.wal.store import WriteAheadLog
 
-REPO_DEFS = Path(__file__).resolve().parents[2] / "defs"
+REPO_DEFS = Path(__file__).resolve().parents[1] / "defs"
 
 
 def test_repository_example_declares_the_demo() -> None:
@@ -75,6 +76,14 @@ def test_env_expansion() -> None:
     assert expand_env("sqlite:///${D}/x.db", {"D": "/data"}) == "sqlite:////data/x.db"
     with pytest.raises(DeclarationError, match="NOPE"):
         expand_env("${NOPE}", {})
+
+
+@pytest.fixture
+def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
+    """A fresh SQLite WAL (its config store is what declarations are applied to)."""
+    log = WriteAheadLog.open("sqlite:///" + str(tmp_path / "wal.db"))
+    yield log
+    log.close()
 
 
 def test_apply_registers_and_evolves_in_the_config_store(wal: WriteAheadLog) -> None:

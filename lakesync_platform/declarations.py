@@ -35,9 +35,9 @@ from typing import Any, Final, Protocol
 
 import yaml
 
-from ..core.delta import check_identifier
-from ..core.errors import LakeSyncError, SchemaError
-from ..core.schema import TableSchema, parse_table_schema
+from .core.delta import check_identifier
+from .core.errors import LakeSyncError, SchemaError
+from .core.schema import TableSchema, parse_table_schema
 
 __all__ = [
     "DESTINATION_KINDS",

@@ -1,19 +1,21 @@
 """The Dagster resource that gives assets and sensors the LakeSync pipeline.
 
 Settings arrive as resource config (wired to ``EnvVar``s in :mod:`assets.definitions`); the
-resource builds a :class:`~lakesync_platform.pipeline.jobs.Pipeline` on first use in the run
-process — the Spark session only when a job actually needs it, so sensors never start one.
+resource builds a :class:`~lakesync_platform.pipeline.context.PipelineContext` on first use in
+the run process — the Spark session only when a stage actually needs it, so sensors never start
+one — and closes it when the run or sensor tick ends.
 """
 
 import os
-from pathlib import Path
 
 import dagster as dg
 from pydantic import PrivateAttr
 
-from lakesync_platform.pipeline.jobs import Pipeline
+from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.settings import (
     DEFAULT_DATA_DIR,
+    DEFAULT_DEFS_DIR,
+    DEFAULT_SPARK_MASTER,
     ENV_CATALOG_URI,
     ENV_JAR_DIR,
     ENV_SPARK_MASTER,
@@ -34,15 +36,15 @@ class LakeSyncResource(dg.ConfigurableResource):  # type: ignore[misc]
 
     data_dir: str = str(DEFAULT_DATA_DIR)
     wal_url: str = ""
-    defs_dir: str = "defs"
-    spark_master: str = "local[*]"
+    defs_dir: str = str(DEFAULT_DEFS_DIR)
+    spark_master: str = DEFAULT_SPARK_MASTER
     jar_dir: str = ""
     catalog_uri: str = ""
     warehouse: str = ""
     backlog_bytes: int = 1_000_000
     backlog_age_seconds: int = 60
 
-    _pipeline: Pipeline | None = PrivateAttr(default=None)
+    _context: PipelineContext | None = PrivateAttr(default=None)
 
     def settings(self) -> PipelineSettings:
         """The pipeline settings this resource stands for."""
@@ -61,23 +63,19 @@ class LakeSyncResource(dg.ConfigurableResource):  # type: ignore[misc]
             defs_dir=self.defs_dir,
         )
 
-    def pipeline(self) -> Pipeline:
-        """The run's pipeline (one per process: one Spark session, one WAL handle)."""
-        if self._pipeline is None:
-            self._pipeline = Pipeline(self.settings())
-        return self._pipeline
+    def context(self) -> PipelineContext:
+        """The run's pipeline context (one per run: declarations applied once, one WAL handle,
+        the process's Spark session)."""
+        if self._context is None:
+            self._context = PipelineContext(self.settings())
+        return self._context
 
     def wal(self) -> WriteAheadLog:
         """The WAL (without starting Spark)."""
-        return self.pipeline().wal
+        return self.context().wal
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """Close the WAL at the end of a run or sensor tick."""
-        if self._pipeline is not None:
-            self._pipeline.close()
-            self._pipeline = None
-
-    @property
-    def data_path(self) -> Path:
-        """The data directory as a path."""
-        return Path(self.data_dir)
+        if self._context is not None:
+            self._context.close()
+            self._context = None

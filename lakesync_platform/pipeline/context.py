@@ -1,0 +1,146 @@
+"""What every pipeline stage runs with: one :class:`PipelineContext` per run.
+
+The context holds the run's settings and opens its handles lazily — the WAL on first use, the
+Spark session only when a stage or check needs it (sensors never start one), the pyiceberg
+catalog where the driver can read the lake itself, destinations on demand. The YAML
+declarations are read once, and their tables are applied to the WAL's config store once per
+context (:meth:`PipelineContext.apply_declarations`), before the first stage reads the
+gateway's tables; the config store stays the source of truth, so a table registered through
+the admin route flows through like a declared one.
+
+Stages are modules beside this one (:mod:`.flush`, :mod:`.state`, :mod:`.materialise`), each a
+function ``run_<stage>(ctx, gw, …)`` plus the checks of what it wrote, returning
+:class:`CheckOutcome`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ..adapters.destination import Destination
+from ..adapters.sql import SqlAdapter
+from ..core.schema import TableSchema
+from ..declarations import (
+    Declarations,
+    DestinationDecl,
+    apply_declarations,
+    expand_env,
+    load_declarations,
+)
+from ..settings import PipelineSettings
+from ..spark.session import SparkSettings, create_spark_session, local_pyiceberg_catalog
+from ..wal.store import WriteAheadLog
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import SparkSession
+
+__all__ = ["CheckOutcome", "PipelineContext", "spark_settings"]
+
+log = logging.getLogger(__name__)
+
+
+def spark_settings(settings: PipelineSettings) -> SparkSettings:
+    """The Spark session settings the pipeline settings stand for (embedded defaults under the
+    data directory unless given)."""
+    return SparkSettings(
+        data_dir=settings.data_dir,
+        master=settings.spark_master,
+        catalog_uri=settings.catalog_uri,
+        warehouse=settings.warehouse,
+        jar_dir=settings.jar_dir,
+        packages=settings.spark_packages,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """Result of a pipeline check: ``passed`` plus numbers for the UI."""
+
+    passed: bool
+    description: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class PipelineContext:
+    """The handles of one pipeline run over one data directory, opened on first use.
+
+    ``spark`` and ``wal`` may be passed in (tests, benchmarks); a WAL passed in is not closed
+    by :meth:`close`. The Spark session is never stopped here: Spark allows one per process,
+    and the next run reuses it.
+    """
+
+    def __init__(
+        self,
+        settings: PipelineSettings,
+        *,
+        spark: SparkSession | None = None,
+        wal: WriteAheadLog | None = None,
+    ) -> None:
+        self.settings = settings
+        self._spark = spark
+        self._wal = wal
+        self._owns_wal = wal is None
+        self._declarations: Declarations | None = None
+        self._applied: int | None = None
+
+    @property
+    def spark(self) -> SparkSession:
+        """The Spark session (started on first use)."""
+        if self._spark is None:
+            self._spark = create_spark_session(spark_settings(self.settings), env=self.settings.env)
+        return self._spark
+
+    @cached_property
+    def iceberg_catalog(self) -> Catalog | None:
+        """pyiceberg over the lake where the driver reads it directly (materialise), else None."""
+        return local_pyiceberg_catalog(spark_settings(self.settings))
+
+    @property
+    def wal(self) -> WriteAheadLog:
+        """The WAL (opened on first use)."""
+        if self._wal is None:
+            self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+            self._wal = WriteAheadLog.open(self.settings.resolved_wal_url)
+        return self._wal
+
+    @property
+    def declarations(self) -> Declarations:
+        """The YAML declarations of the defs folder (loaded once)."""
+        if self._declarations is None:
+            self._declarations = load_declarations(self.settings.resolved_defs_dir)
+        return self._declarations
+
+    def close(self) -> None:
+        """Close the WAL if this context opened it (the Spark session stays for reuse)."""
+        if self._wal is not None and self._owns_wal:
+            self._wal.close()
+            self._wal = None
+
+    def apply_declarations(self, now_ms: int = 0) -> int:
+        """Register the declared tables in the WAL's config store, once per context; return
+        how many were applied (later calls write nothing and return the same count)."""
+        if self._applied is None:
+            self._applied = apply_declarations(self.declarations, self.wal, now_ms)
+        return self._applied
+
+    def gateways(self) -> list[str]:
+        """Declared gateways plus every gateway the WAL knows."""
+        return sorted(set(self.declarations.gateways) | set(self.wal.gateway_ids()))
+
+    def tables(self, gw: str) -> dict[str, TableSchema]:
+        """The gateway's registered schemas (the declarations applied first, once)."""
+        self.apply_declarations()
+        return dict(sorted(self.wal.schemas(gw).items()))
+
+    def destinations(self, gw: str) -> dict[str, DestinationDecl]:
+        """The gateway's declared destinations."""
+        return dict(self.declarations.gateway(gw).destinations)
+
+    def open_destination(self, dest: DestinationDecl) -> Destination[Any]:
+        """Open a declared destination (``${VAR}`` in its URL expanded from the settings' env);
+        the caller closes it."""
+        return SqlAdapter.connect(expand_env(dest.url, self.settings.expansion_env))
