@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakesync_platform.core.errors import ERRORS_BY_CODE
+
 __all__ = ["openapi_document"]
 
 _HLC = {
@@ -18,19 +20,7 @@ _ERROR = {
         "error": {"type": "string"},
         "code": {
             "type": "string",
-            "enum": [
-                "VALIDATION_ERROR",
-                "SCHEMA_ERROR",
-                "BACKPRESSURE_ERROR",
-                "CLOCK_DRIFT",
-                "AUTH_ERROR",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "RATE_LIMITED",
-                "ADAPTER_ERROR",
-                "FLUSH_ERROR",
-                "INTERNAL_ERROR",
-            ],
+            "enum": list(ERRORS_BY_CODE),
         },
         "requestId": {"type": "string"},
     },

@@ -132,14 +132,14 @@ def test_slow_request_times_out_with_504(
     make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     g = make_gateway(request_timeout_s=0.2)
-    real_pull = g.state.service.pull
+    real_pull = g.state.services.sync.pull
     release = threading.Event()
 
     def slow_pull(*args: Any, **kwargs: Any) -> Any:
         release.wait(10)
         return real_pull(*args, **kwargs)
 
-    monkeypatch.setattr(g.state.service, "pull", slow_pull)
+    monkeypatch.setattr(g.state.services.sync, "pull", slow_pull)
     started = time.monotonic()
     try:
         body = assert_error(g.pull("gw_slow"), 504, "INTERNAL_ERROR")
