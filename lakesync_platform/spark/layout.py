@@ -72,6 +72,7 @@ SPARK_TYPES: Final = {
 }
 """Schema column type → Spark SQL type in the state table (json is stored as JSON text)."""
 
+
 def q(name: str) -> str:
     """Backtick-quote one Spark SQL identifier part."""
     return "`" + name.replace("`", "``") + "`"
