@@ -22,7 +22,7 @@ from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .controllers import CONTROLLERS
-from .dependencies import DEPENDENCIES
+from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
@@ -46,6 +46,7 @@ def create_app(
 ) -> ProtocolHeadersMiddleware:
     """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests."""
     wall = clock or _wall_ms
+    slot = ServicesSlot()
 
     def startup(app: Litestar) -> None:
         store = wal or WriteAheadLog.open(settings.wal_url, now_ms=wall())
@@ -54,17 +55,14 @@ def create_app(
             if settings.rate_limit
             else None
         )
+        slot.services = GatewayServices(
+            sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+            admin=GatewayAdmin(store, wall),
+            metrics=Metrics(),
+            offload=Offload(settings.request_timeout_s),
+        )
         app.state.gateway = GatewayState(
-            settings=settings,
-            wal=store,
-            services=GatewayServices(
-                sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
-                admin=GatewayAdmin(store, wall),
-                metrics=Metrics(),
-                offload=Offload(settings.request_timeout_s),
-            ),
-            limiter=limiter,
-            clock=wall,
+            settings=settings, wal=store, services=slot.services, limiter=limiter, clock=wall
         )
         log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
 
@@ -82,7 +80,7 @@ def create_app(
     }
     app = Litestar(
         route_handlers=CONTROLLERS,
-        dependencies=DEPENDENCIES,
+        dependencies=services_dependency(slot),
         on_startup=[startup],
         on_shutdown=[shutdown],
         exception_handlers=handlers,
