@@ -46,6 +46,7 @@ inside the command (never when the package is imported)."""
 
 _PROBE = """
 import importlib, json, sys
+sys.path.insert(0, {source_root!r})  # the checkout under test, not an installed copy
 forbidden = {forbidden!r}
 baseline = sorted(m for m in forbidden if m in sys.modules)
 seen = set(baseline)
@@ -84,7 +85,9 @@ def test_core_has_the_expected_modules() -> None:
 
 def test_core_imports_no_io_library() -> None:
     modules = core_modules()
-    probe = _PROBE.format(forbidden=FORBIDDEN_IN_CORE, modules=modules)
+    probe = _PROBE.format(
+        forbidden=FORBIDDEN_IN_CORE, modules=modules, source_root=str(ROOT.parent)
+    )
     # -I: isolated mode, so no user site or environment variable can pre-load anything.
     result = subprocess.run(
         [sys.executable, "-I", "-c", probe],
