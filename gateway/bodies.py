@@ -19,8 +19,8 @@ __all__ = [
     "FlushAccepted",
     "FlushRequestView",
     "GatewayMetricsBody",
-    "PullBody",
-    "PushBody",
+    "PullResponse",
+    "PushResponse",
     "Saved",
     "SavedSchema",
     "SchemaList",
@@ -35,7 +35,7 @@ class Status(msgspec.Struct, omit_defaults=True):
     reason: str | None = None
 
 
-class PushBody(msgspec.Struct, rename="camel"):
+class PushResponse(msgspec.Struct, rename="camel"):
     """A push's answer: the cursor to resume from, deltas accepted, and what was appended."""
 
     server_hlc: str
@@ -43,7 +43,7 @@ class PushBody(msgspec.Struct, rename="camel"):
     deltas: list[WireDelta]
 
 
-class PullBody(msgspec.Struct, rename="camel"):
+class PullResponse(msgspec.Struct, rename="camel"):
     """One pull page."""
 
     deltas: Sequence[PulledDelta | StampedInsert]

@@ -13,7 +13,7 @@ from lakesync_platform.core.errors import ForbiddenError, NotFoundError, Validat
 from lakesync_platform.core.wire import decode_push, deltas_to_wire, parse_pull_limit, parse_since
 
 from ..auth import COUNTS_PUSH, Identity, client_guard
-from ..bodies import PullBody, PushBody
+from ..bodies import PullResponse, PushResponse
 from ..state import GatewayServices
 from ._json import json_response
 
@@ -62,7 +62,7 @@ class SyncController(Controller):
             metrics.observe_push(status, (time.perf_counter() - started) * 1000)
         metrics.observe_push_counts(result.accepted, len(result.entries), result.duplicates)
         return json_response(
-            PushBody(str(result.server_hlc), result.accepted, deltas_to_wire(result.entries))
+            PushResponse(str(result.server_hlc), result.accepted, deltas_to_wire(result.entries))
         )
 
     @get("/pull")
@@ -107,7 +107,7 @@ class SyncController(Controller):
             stamped=fmt == "stamped",
         )
         services.metrics.observe_pull(len(page.wire))
-        return json_response(PullBody(page.wire, str(page.server_hlc), page.has_more))
+        return json_response(PullResponse(page.wire, str(page.server_hlc), page.has_more))
 
     @get("/checkpoint", sync_to_thread=False)
     def checkpoint(self) -> Response[bytes]:
