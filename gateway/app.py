@@ -1,7 +1,8 @@
 """The Litestar app factory: ``create_app(settings)``.
 
 Everything the app needs is built from ``settings`` at startup (the WAL is opened and migrated,
-the sync service created) and released at shutdown. Nothing is read from the environment here.
+the sync and admin services created) and released at shutdown. Nothing is read from the
+environment here: the caller (``lakesync gateway``, a test) passes the settings in.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from litestar.exceptions import HTTPException
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
+from lakesync_platform.sync.admin import GatewayAdmin
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
+from .controllers import CONTROLLERS
+from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
 from .ratelimit import RateLimiter
-from .routes import ROUTES
-from .state import GatewayState
+from .state import GatewayServices, GatewayState, Offload
 
 __all__ = ["create_app"]
 
@@ -43,6 +46,7 @@ def create_app(
 ) -> ProtocolHeadersMiddleware:
     """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests."""
     wall = clock or _wall_ms
+    slot = ServicesSlot()
 
     def startup(app: Litestar) -> None:
         store = wal or WriteAheadLog.open(settings.wal_url, now_ms=wall())
@@ -51,20 +55,21 @@ def create_app(
             if settings.rate_limit
             else None
         )
-        app.state.gateway = GatewayState(
-            settings=settings,
-            wal=store,
-            service=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+        slot.services = GatewayServices(
+            sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+            admin=GatewayAdmin(store, wall),
             metrics=Metrics(),
-            limiter=limiter,
-            clock=wall,
+            offload=Offload(settings.request_timeout_s),
+        )
+        app.state.gateway = GatewayState(
+            settings=settings, wal=store, services=slot.services, limiter=limiter, clock=wall
         )
         log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
 
     def shutdown(app: Litestar) -> None:
         state: GatewayState | None = getattr(app.state, "gateway", None)
         if state is not None:
-            state.service.close()
+            state.services.sync.close()
             if wal is None:
                 state.wal.close()
 
@@ -74,7 +79,8 @@ def create_app(
         Exception: handle_http_exception,
     }
     app = Litestar(
-        route_handlers=ROUTES,
+        route_handlers=CONTROLLERS,
+        dependencies=services_dependency(slot),
         on_startup=[startup],
         on_shutdown=[shutdown],
         exception_handlers=handlers,

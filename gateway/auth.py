@@ -1,4 +1,12 @@
-"""Who is calling: Bearer JWT verification and the gateway/role checks (PROTOCOL.md §4.5)."""
+"""Who is calling: Bearer JWT verification and the gateway/role checks (PROTOCOL.md §4.5).
+
+Authentication runs as a Litestar guard before any handler: :func:`client_guard` on the sync
+routes, :func:`admin_guard` on the admin routes. A guard checks the path's gateway id (400 before
+anything else), verifies the token against the app's injected clock, checks the role, applies the
+optional rate limit, and leaves the caller's :class:`Identity` as the connection's ``user``
+(``request.user`` in handlers). The guards are
+coroutines so that Litestar runs them on the event loop, not on a worker thread.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +15,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.handlers.base import BaseRouteHandler
 
 from lakesync_platform.core.auth import verify_token
-from lakesync_platform.core.errors import AuthError, ValidationError
+from lakesync_platform.core.errors import AuthError, LakeSyncError
+from lakesync_platform.core.identifiers import check_gateway_id
 from lakesync_platform.settings import GatewaySettings
 
-__all__ = ["Identity", "authenticate", "check_gateway_id"]
+from .state import gateway_state
+
+__all__ = [
+    "COUNTS_PUSH",
+    "Identity",
+    "admin_guard",
+    "authenticate",
+    "client_guard",
+]
 
 _BEARER = re.compile(r"^Bearer\s+(\S+)$")
-_GATEWAY_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}")
+COUNTS_PUSH = "lakesync.counts_push"
+"""Route ``opt`` flag: a request rejected by the guard counts as a failed push in the metrics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,27 +52,54 @@ class Identity:
         return self.role == "admin"
 
 
-def check_gateway_id(gw: str) -> str:
-    """Gateway ids are short URL-safe names."""
-    if _GATEWAY_ID.fullmatch(gw) is None:
-        raise ValidationError(f"Invalid gateway id: {gw[:80]!r}")
-    return gw
-
-
 def authenticate(
-    request: Request[Any, Any, Any], gw: str, settings: GatewaySettings, *, admin: bool = False
+    authorization: str, gw: str, settings: GatewaySettings, now_s: int, *, admin: bool = False
 ) -> Identity:
-    """Verify the caller's token for gateway ``gw`` (and the admin role if ``admin``)."""
+    """Verify the ``Authorization`` header for gateway ``gw`` (and the admin role if ``admin``)."""
     check_gateway_id(gw)
     if not settings.auth_enabled:
         return Identity(None, "admin")
-    header = request.headers.get("authorization", "")
-    match = _BEARER.match(header)
+    match = _BEARER.match(authorization)
     if match is None:
         raise AuthError("Missing Bearer token")
-    claims = verify_token(match.group(1), settings.jwt_secrets, now_s=int(time.time()))
+    claims = verify_token(match.group(1), settings.jwt_secrets, now_s=now_s)
     if claims.gw != gw:
-        raise AuthError("Gateway ID mismatch: JWT authorises a different gateway", status=403)
+        raise AuthError("Gateway ID mismatch: JWT authorises a different gateway", http_status=403)
     if admin and claims.role != "admin":
-        raise AuthError("Admin role required", status=403)
+        raise AuthError("Admin role required", http_status=403)
     return Identity(claims.sub, claims.role, dict(claims.claims))
+
+
+def _guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler, *, admin: bool
+) -> None:
+    state = gateway_state(connection)
+    started = time.perf_counter()
+    try:
+        identity = authenticate(
+            connection.headers.get("authorization", ""),
+            connection.path_params["gw"],
+            state.settings,
+            state.clock() // 1000,
+            admin=admin,
+        )
+        state.rate_limit(connection, identity.client_id)
+    except LakeSyncError:
+        if handler.opt.get(COUNTS_PUSH):
+            state.services.metrics.observe_push("error", (time.perf_counter() - started) * 1000)
+        raise
+    connection.scope["user"] = identity
+
+
+async def client_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    """Guard of the sync routes: a valid token for the path's gateway."""
+    _guard(connection, handler, admin=False)
+
+
+async def admin_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    """Guard of the admin routes: a valid admin token for the path's gateway."""
+    _guard(connection, handler, admin=True)

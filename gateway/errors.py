@@ -1,4 +1,8 @@
-"""The one place where domain errors become HTTP responses (PROTOCOL.md §4.2 envelope)."""
+"""The one place where errors become HTTP responses (PROTOCOL.md §4.2 envelope).
+
+A :class:`LakeSyncError` is answered with its code and ``http_status`` from the registry in
+``lakesync_platform.core.errors``; framework errors get the code of their status.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +12,29 @@ from typing import Any
 from litestar import Request, Response
 from litestar.exceptions import HTTPException
 
-from lakesync_platform.core.errors import AuthError, LakeSyncError, RateLimitedError
+from lakesync_platform.core.errors import (
+    AuthError,
+    ForbiddenError,
+    LakeSyncError,
+    NotFoundError,
+    RateLimitedError,
+    ValidationError,
+)
 
-__all__ = ["STATUS_BY_CODE", "error_response", "handle_http_exception", "handle_lakesync_error"]
+__all__ = ["error_response", "handle_http_exception", "handle_lakesync_error"]
 
 log = logging.getLogger(__name__)
 
-STATUS_BY_CODE: dict[str, int] = {
-    "VALIDATION_ERROR": 400,
-    "SCHEMA_ERROR": 422,
-    "CLOCK_DRIFT": 409,
-    "AUTH_ERROR": 401,
-    "FORBIDDEN": 403,
-    "NOT_FOUND": 404,
-    "RATE_LIMITED": 429,
-    "BACKPRESSURE_ERROR": 503,
-    "ADAPTER_ERROR": 503,
-    "FLUSH_ERROR": 500,
-    "INTERNAL_ERROR": 500,
+_FRAMEWORK_CODES = {
+    400: ValidationError.code,
+    401: AuthError.code,
+    403: ForbiddenError.code,
+    404: NotFoundError.code,
+    405: NotFoundError.code,
+    413: ValidationError.code,
+    429: RateLimitedError.code,
 }
-_HTTP_CODES = {
-    400: "VALIDATION_ERROR",
-    401: "AUTH_ERROR",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "NOT_FOUND",
-    413: "VALIDATION_ERROR",
-    429: "RATE_LIMITED",
-}
+"""Codes for the framework's own errors (unknown route, wrong method, body too large)."""
 
 
 def request_id_of(request: Request[Any, Any, Any]) -> str | None:
@@ -61,11 +60,9 @@ def error_response(
 def handle_lakesync_error(
     request: Request[Any, Any, Any], exc: Exception
 ) -> Response[dict[str, str]]:
-    """Map a :class:`LakeSyncError` to its status (an explicit ``status`` attribute wins)."""
+    """Answer a :class:`LakeSyncError` with its ``http_status`` (see ``core.errors``)."""
     assert isinstance(exc, LakeSyncError)
-    status = getattr(exc, "status", None) or STATUS_BY_CODE.get(exc.code, 500)
-    if isinstance(exc, AuthError):
-        status = exc.status
+    status = exc.http_status
     headers = None
     if isinstance(exc, RateLimitedError):
         headers = {"Retry-After": str(exc.retry_after)}
@@ -88,7 +85,9 @@ def handle_http_exception(
             message = "Method not allowed"
         else:
             message = exc.detail or "Bad request"
-        code = _HTTP_CODES.get(status, "INTERNAL_ERROR" if status >= 500 else "VALIDATION_ERROR")
+        code = _FRAMEWORK_CODES.get(
+            status, LakeSyncError.code if status >= 500 else ValidationError.code
+        )
         return error_response(message, code, status, request_id_of(request))
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response("Internal server error", "INTERNAL_ERROR", 500, request_id_of(request))
+    return error_response("Internal server error", LakeSyncError.code, 500, request_id_of(request))

@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from litestar import Litestar
+from litestar.enums import ScopeType
 from litestar.types import Message, Receive, Scope, Send
 
 __all__ = ["ProtocolHeadersMiddleware"]
@@ -48,7 +49,7 @@ class ProtocolHeadersMiddleware:
         return self.app.state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
@@ -93,4 +94,5 @@ async def _respond(
         "headers": [*headers, (b"content-length", str(len(body)).encode())],
     }
     await send(start)
-    await send({"type": "http.response.body", "body": body})
+    end: Any = {"type": "http.response.body", "body": body}
+    await send(end)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lakesync_platform.core.errors import ERRORS_BY_CODE
+
 __all__ = ["openapi_document"]
 
 _HLC = {
@@ -18,19 +20,7 @@ _ERROR = {
         "error": {"type": "string"},
         "code": {
             "type": "string",
-            "enum": [
-                "VALIDATION_ERROR",
-                "SCHEMA_ERROR",
-                "BACKPRESSURE_ERROR",
-                "CLOCK_DRIFT",
-                "AUTH_ERROR",
-                "FORBIDDEN",
-                "NOT_FOUND",
-                "RATE_LIMITED",
-                "ADAPTER_ERROR",
-                "FLUSH_ERROR",
-                "INTERNAL_ERROR",
-            ],
+            "enum": list(ERRORS_BY_CODE),
         },
         "requestId": {"type": "string"},
     },
@@ -69,7 +59,7 @@ def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
 
 
 _GW = {"name": "gw", "in": "path", "required": True, "schema": {"type": "string"}}
-_SECURED = [{"bearer": []}]
+_SECURED: list[dict[str, list[str]]] = [{"bearer": []}]
 _ADMIN_ERRORS = {
     "401": _err("Missing or invalid token"),
     "403": _err("Not an admin of this gateway"),

@@ -1,4 +1,4 @@
-"""What the running app holds: settings, the WAL, the sync service, metrics, rate limiter."""
+"""What the running app holds: settings, the WAL, the services routes use, the rate limiter."""
 
 from __future__ import annotations
 
@@ -9,57 +9,76 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from litestar import Request
+from litestar.connection import ASGIConnection
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
+from lakesync_platform.sync.admin import GatewayAdmin
 from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics
 from .ratelimit import RateLimiter
 
-__all__ = ["GatewayState", "gateway_state", "run_blocking"]
+__all__ = ["GatewayServices", "GatewayState", "Offload", "gateway_state"]
 
 T = TypeVar("T")
 
 
-class RequestTimeoutError(LakeSyncError):
-    """The request did not finish within the configured timeout (504)."""
+@dataclass(frozen=True, slots=True)
+class Offload:
+    """Runs blocking WAL work on a worker thread, bounded by the request timeout (504)."""
 
-    code = "INTERNAL_ERROR"
-    status = 504
+    timeout_s: float
+
+    async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a worker thread."""
+        started = time.monotonic()
+        with anyio.move_on_after(self.timeout_s) as scope:
+            return await anyio.to_thread.run_sync(
+                lambda: fn(*args, **kwargs), abandon_on_cancel=True
+            )
+        assert scope.cancelled_caught
+        raise LakeSyncError(
+            f"Request timeout after {time.monotonic() - started:.1f}s", http_status=504
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayServices:
+    """What route handlers receive (the ``services`` dependency); none of it is the store.
+
+    ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
+    requests; ``offload`` runs their blocking calls on a worker thread.
+    """
+
+    sync: SyncService
+    admin: GatewayAdmin
+    metrics: Metrics
+    offload: Offload
 
 
 @dataclass
 class GatewayState:
-    """The app's collaborators, created at startup."""
+    """The app's collaborators, created at startup; ``clock`` is the wall clock in epoch ms."""
 
     settings: GatewaySettings
     wal: WriteAheadLog
-    service: SyncService
-    metrics: Metrics
+    services: GatewayServices
     limiter: RateLimiter | None
     clock: Callable[[], int]
 
-    def rate_limit(self, request: Request[Any, Any, Any], subject: str | None) -> None:
-        """Apply the optional rate limit to this caller."""
+    def rate_limit(
+        self, connection: ASGIConnection[Any, Any, Any, Any], subject: str | None
+    ) -> None:
+        """Apply the optional rate limit to this caller (its token subject, else its address)."""
         if self.limiter is None:
             return
-        client = request.client
+        client = connection.client
         self.limiter.check(subject or (client.host if client else "unknown"))
 
 
-def gateway_state(request: Request[Any, Any, Any]) -> GatewayState:
-    """The :class:`GatewayState` of the app serving ``request``."""
-    state: GatewayState = request.app.state.gateway
+def gateway_state(connection: ASGIConnection[Any, Any, Any, Any]) -> GatewayState:
+    """The :class:`GatewayState` of the app serving ``connection``."""
+    state: GatewayState = connection.app.state.gateway
     return state
-
-
-async def run_blocking(state: GatewayState, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run blocking WAL work on a worker thread, bounded by the request timeout."""
-    started = time.monotonic()
-    with anyio.move_on_after(state.settings.request_timeout_s) as scope:
-        return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs), abandon_on_cancel=True)
-    assert scope.cancelled_caught
-    raise RequestTimeoutError(f"Request timeout after {time.monotonic() - started:.1f}s")

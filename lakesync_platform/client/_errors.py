@@ -10,8 +10,10 @@
     └── DeadLetterError      DEAD_LETTERED    outbox entries gave up after too many failures
 
 Gateway error envelopes (``{"error", "code", "requestId"?}``, PROTOCOL.md §4.2) are turned back
-into the core exception with the same ``code`` by :func:`error_from_envelope`, so the sync engine
-handles an in-process gateway and an HTTP one the same way.
+into the core exception with the same ``code`` by :func:`error_from_envelope` (looked up in the
+registry :data:`~lakesync_platform.core.errors.ERRORS_BY_CODE`), so the sync engine handles an
+in-process gateway and an HTTP one the same way. ``INTERNAL_ERROR`` (a fault of the server, not of
+the request) and unknown codes become a retryable :class:`TransportError`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..core.errors import (
-    AdapterError,
+    ERRORS_BY_CODE,
     AuthError,
-    BackpressureError,
-    ClockDriftError,
-    FlushError,
-    ForbiddenError,
     LakeSyncError,
-    NotFoundError,
     RateLimitedError,
     SchemaError,
     ValidationError,
@@ -81,21 +78,6 @@ class DeadLetterError(LakeSyncError):
         self.cause = cause
 
 
-_BY_CODE: dict[str, type[LakeSyncError]] = {
-    cls.code: cls
-    for cls in (
-        ValidationError,
-        SchemaError,
-        ClockDriftError,
-        ForbiddenError,
-        NotFoundError,
-        BackpressureError,
-        AdapterError,
-        FlushError,
-    )
-}
-
-
 def error_from_envelope(status: int, body: object, retry_after: str | None = None) -> LakeSyncError:
     """Map a gateway error response to the matching exception (unknown → ``TransportError``)."""
     message = f"HTTP {status}"
@@ -106,16 +88,16 @@ def error_from_envelope(status: int, body: object, retry_after: str | None = Non
         request_id = body.get("requestId")
         if request_id:
             message = f"{message} (requestId: {request_id})"
-    if code == "AUTH_ERROR" or status == 401:
-        return AuthError(message, status=status)
-    if code == "RATE_LIMITED" or status == 429:
+    if code == AuthError.code or status == 401:
+        return AuthError(message, http_status=status)
+    if code == RateLimitedError.code or status == 429:
         try:
             seconds = int(retry_after or "1")
         except ValueError:
             seconds = 1
         return RateLimitedError(message, retry_after=seconds)
-    cls = _BY_CODE.get(code)
-    if cls is not None:
+    cls = ERRORS_BY_CODE.get(code)
+    if cls is not None and cls is not LakeSyncError:
         return cls(message)
     return TransportError(f"{message} [{code or 'no code'}]", status=status)
 

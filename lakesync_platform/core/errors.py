@@ -1,27 +1,36 @@
-"""The one exception tree of LakeSync Platform.
+"""The one exception tree of LakeSync Platform, and the registry of its wire codes.
 
 Every failure a caller can act on carries a stable ``code`` (the protocol's ``ApiErrorCode``
-strings, PROTOCOL.md §4.2). The gateway maps codes to HTTP statuses in one place
-(``gateway/errors.py``); nothing else inspects exception types for that.
+strings, PROTOCOL.md §4.2) and the HTTP status the gateway answers it with (``http_status``; an
+instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway or role).
 
 ::
 
-    LakeSyncError (INTERNAL_ERROR)
-    ├── ValidationError      VALIDATION_ERROR   malformed input (400)
-    ├── SchemaError          SCHEMA_ERROR       bad identifiers/schemas (422 push, 400 admin)
-    ├── ClockDriftError      CLOCK_DRIFT        remote HLC too far ahead (409)
-    ├── AuthError            AUTH_ERROR         bad token (401), wrong gateway/role (403)
-    ├── ForbiddenError       FORBIDDEN          identity mismatch (403)
-    ├── NotFoundError        NOT_FOUND          (404)
-    ├── BackpressureError    BACKPRESSURE_ERROR WAL backlog over its bound (503)
-    ├── RateLimitedError     RATE_LIMITED       (429)
-    ├── AdapterError         ADAPTER_ERROR      a storage backend failed (500/503)
-    └── FlushError           FLUSH_ERROR        a pipeline flush failed
+    LakeSyncError            INTERNAL_ERROR      500  anything unexpected (504 on a timeout)
+    ├── ValidationError      VALIDATION_ERROR    400  malformed input
+    ├── SchemaError          SCHEMA_ERROR        422  bad identifiers/schemas (400 on admin routes)
+    ├── BackpressureError    BACKPRESSURE_ERROR  503  WAL backlog over its bound
+    ├── ClockDriftError      CLOCK_DRIFT         409  remote HLC too far ahead
+    ├── AuthError            AUTH_ERROR          401  bad token (403: wrong gateway/role)
+    ├── ForbiddenError       FORBIDDEN           403  identity mismatch
+    ├── NotFoundError        NOT_FOUND           404
+    ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
+    ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
+    └── FlushError           FLUSH_ERROR         500  a pipeline flush failed
+
+:data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
+responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
+it, so a code is added in exactly one place.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import ClassVar, Final
+
 __all__ = [
+    "ERRORS_BY_CODE",
     "AdapterError",
     "AuthError",
     "BackpressureError",
@@ -37,65 +46,75 @@ __all__ = [
 
 
 class LakeSyncError(Exception):
-    """Base of every LakeSync failure; ``code`` is stable and machine-readable."""
+    """Base of every LakeSync failure; ``code`` is stable and machine-readable.
 
-    code: str = "INTERNAL_ERROR"
+    ``http_status`` is the class's status on the wire unless the instance was given another.
+    """
 
-    def __init__(self, message: str) -> None:
+    code: ClassVar[str] = "INTERNAL_ERROR"
+    http_status: int = 500
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if http_status is not None:
+            self.http_status = http_status
 
 
 class ValidationError(LakeSyncError):
     """Input that is not well-formed (bad JSON, wrong types, out-of-range values)."""
 
     code = "VALIDATION_ERROR"
+    http_status = 400
 
 
 class SchemaError(LakeSyncError):
     """An identifier that is not a safe SQL identifier, or a delta/schema that violates a schema."""
 
     code = "SCHEMA_ERROR"
-
-
-class ClockDriftError(LakeSyncError):
-    """A remote HLC whose wall clock is more than ``MAX_DRIFT_MS`` ahead of ours."""
-
-    code = "CLOCK_DRIFT"
-
-
-class AuthError(LakeSyncError):
-    """Authentication failed; ``status`` is 401 (no/invalid token) or 403 (wrong gateway/role)."""
-
-    code = "AUTH_ERROR"
-
-    def __init__(self, message: str, status: int = 401) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class ForbiddenError(LakeSyncError):
-    """The caller is authenticated but may not do this (e.g. push as another client)."""
-
-    code = "FORBIDDEN"
-
-
-class NotFoundError(LakeSyncError):
-    """The addressed thing does not exist."""
-
-    code = "NOT_FOUND"
+    http_status = 422
 
 
 class BackpressureError(LakeSyncError):
     """The unflushed WAL backlog is over its configured bound; retry later."""
 
     code = "BACKPRESSURE_ERROR"
+    http_status = 503
+
+
+class ClockDriftError(LakeSyncError):
+    """A remote HLC whose wall clock is more than ``MAX_DRIFT_MS`` ahead of ours."""
+
+    code = "CLOCK_DRIFT"
+    http_status = 409
+
+
+class AuthError(LakeSyncError):
+    """Authentication failed: 401 (no/invalid token) or, given as ``http_status``, 403."""
+
+    code = "AUTH_ERROR"
+    http_status = 401
+
+
+class ForbiddenError(LakeSyncError):
+    """The caller is authenticated but may not do this (e.g. push as another client)."""
+
+    code = "FORBIDDEN"
+    http_status = 403
+
+
+class NotFoundError(LakeSyncError):
+    """The addressed thing does not exist."""
+
+    code = "NOT_FOUND"
+    http_status = 404
 
 
 class RateLimitedError(LakeSyncError):
     """Too many requests in the current window; ``retry_after`` is in seconds."""
 
     code = "RATE_LIMITED"
+    http_status = 429
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
@@ -106,9 +125,32 @@ class AdapterError(LakeSyncError):
     """A storage backend (database, object store, lake) failed."""
 
     code = "ADAPTER_ERROR"
+    http_status = 503
 
 
 class FlushError(LakeSyncError):
     """A flush of the WAL to the lake failed or could not start."""
 
     code = "FLUSH_ERROR"
+    http_status = 500
+
+
+ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
+    {
+        cls.code: cls
+        for cls in (
+            ValidationError,
+            SchemaError,
+            BackpressureError,
+            ClockDriftError,
+            AuthError,
+            ForbiddenError,
+            NotFoundError,
+            RateLimitedError,
+            AdapterError,
+            FlushError,
+            LakeSyncError,
+        )
+    }
+)
+"""Every code the gateway sends, in the protocol's order, with the class that carries it."""

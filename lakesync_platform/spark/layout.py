@@ -20,11 +20,11 @@ columns.
 from __future__ import annotations
 
 import json
-import re
 from typing import TYPE_CHECKING, Any, Final
 
 from ..core.delta import check_identifier
 from ..core.errors import ValidationError
+from ..core.identifiers import check_gateway_id
 from ..core.schema import TableSchema
 from .session import CATALOG
 
@@ -40,7 +40,6 @@ __all__ = [
     "SPARK_TYPES",
     "WAL_FROM_PROP",
     "WAL_TO_PROP",
-    "check_gateway_id",
     "client_col",
     "deltas_table",
     "ensure_deltas_table",
@@ -74,15 +73,6 @@ SPARK_TYPES: Final = {
     "null": "string",
 }
 """Schema column type → Spark SQL type in the state table (json is stored as JSON text)."""
-
-_GATEWAY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}")
-
-
-def check_gateway_id(gw: str) -> str:
-    """Return ``gw`` if it can name a namespace, else raise :class:`ValidationError`."""
-    if _GATEWAY_RE.fullmatch(gw) is None:
-        raise ValidationError(f"Invalid gateway id for the lake: {gw!r}")
-    return gw
 
 
 def q(name: str) -> str:

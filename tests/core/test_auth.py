@@ -43,7 +43,7 @@ def rejects(token: Any, message: str, secrets: list[str] | None = None) -> None:
     with pytest.raises(AuthError) as info:
         verify_token(token, secrets or [SECRET], now_s=NOW)
     assert info.value.message == message
-    assert info.value.status == 401 and info.value.code == "AUTH_ERROR"
+    assert info.value.http_status == 401 and info.value.code == "AUTH_ERROR"
 
 
 def test_header_is_the_reference_constant() -> None:

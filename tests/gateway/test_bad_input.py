@@ -719,7 +719,18 @@ def test_pull_identity_checks(shared: Gateway, seeded: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad_gw", ["a" * 200, "a" * 65, "bad!gw", "gätewäy", "-leading", "_leading", "a%20b", "a%00b"]
+    "bad_gw",
+    [
+        "a" * 200,
+        "a" * 65,
+        "bad!gw",
+        "gätewäy",
+        "-leading",
+        "_leading",
+        "a%20b",
+        "a%00b",
+        "demo.prod",  # a dot: the lake namespace separator (core.identifiers)
+    ],
 )
 def test_invalid_gateway_id_in_path_is_400(shared: Gateway, bad_gw: str) -> None:
     tok = shared.auth("c1", "gw_valid")

@@ -64,17 +64,17 @@ def test_create_app_emits_no_warnings(tmp_path: Any) -> None:
     assert [str(w.message) for w in caught] == []
 
 
-def test_the_uvicorn_factory_freezes_startup_objects_and_raises_gc_thresholds(
+def test_the_worker_app_factory_freezes_startup_objects_and_raises_gc_thresholds(
     tmp_path: Any,
 ) -> None:
     # in a child process: the factory changes the collector settings of its process
     code = (
-        "import gc, json, os\n"
-        "from gateway import asgi\n"
-        f"os.environ[asgi.CONFIG_ENV] = json.dumps({{'wal_url': 'sqlite:///{tmp_path}/w.db',"
-        " 'auth_enabled': False})\n"
-        "asgi.app()\n"
-        "assert gc.get_threshold() == asgi.GC_THRESHOLDS, gc.get_threshold()\n"
+        "import gc\n"
+        "from gateway import serve\n"
+        "from lakesync_platform.settings import GatewaySettings\n"
+        f"settings = GatewaySettings(wal_url='sqlite:///{tmp_path}/w.db', auth_enabled=False)\n"
+        "serve.worker_app(settings)\n"
+        "assert gc.get_threshold() == serve.GC_THRESHOLDS, gc.get_threshold()\n"
         "assert gc.get_freeze_count() > 1000, gc.get_freeze_count()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -132,14 +132,14 @@ def test_slow_request_times_out_with_504(
     make_gateway: GatewayFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     g = make_gateway(request_timeout_s=0.2)
-    real_pull = g.state.service.pull
+    real_pull = g.state.services.sync.pull
     release = threading.Event()
 
     def slow_pull(*args: Any, **kwargs: Any) -> Any:
         release.wait(10)
         return real_pull(*args, **kwargs)
 
-    monkeypatch.setattr(g.state.service, "pull", slow_pull)
+    monkeypatch.setattr(g.state.services.sync, "pull", slow_pull)
     started = time.monotonic()
     try:
         body = assert_error(g.pull("gw_slow"), 504, "INTERNAL_ERROR")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lakesync_platform.cli_pipeline import run, setup
+from lakesync_platform.cli.run import run, setup
 from lakesync_platform.install.jars import ICEBERG_RUNTIME_JAR, SHADED_JACKSON_JAR
 from lakesync_platform.wal.store import WriteAheadLog
 

@@ -1,7 +1,7 @@
 """Pipeline commands of the ``lakesync`` CLI: ``setup``, ``dev`` and ``run``.
 
 :func:`register` adds them to the main click group (``lakesync_platform.cli``). Settings are
-read here, at the process edge (flags, then ``LAKESYNC_*`` environment variables).
+read here, at the process edge (flags, then the environment variables of ``settings``).
 """
 
 from __future__ import annotations
@@ -12,35 +12,23 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
-from .cli_options import data_dir_option
-from .core.errors import LakeSyncError
+from ..core.errors import LakeSyncError
+from ..settings import ENV_WAL_URL
+from .options import data_dir_option, defs_dir_option
 
 __all__ = ["register"]
-
-
-def _defs_dir(fn: Any) -> Any:
-    return click.option(
-        "--defs",
-        "defs_dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        envvar="LAKESYNC_DEFS_DIR",
-        default="defs",
-        show_default=True,
-        help="Folder of YAML declarations (tables, destinations).",
-    )(fn)
 
 
 @click.command()
 @data_dir_option
 def setup(data_dir: Path) -> None:
     """Prepare Spark + Iceberg offline: check Java, fill <data-dir>/jars (idempotent)."""
-    from .install.jars import ensure_jars
-    from .install.jdk import find_java
-    from .settings import DataLayout
+    from ..install.jars import ensure_jars
+    from ..install.jdk import find_java
+    from ..settings import DataLayout
 
     try:
         started = time.monotonic()
@@ -61,18 +49,18 @@ def setup(data_dir: Path) -> None:
 
 @click.command()
 @data_dir_option
-@_defs_dir
+@defs_dir_option
 @click.option("--gateway-port", default=8000, show_default=True, type=int)
 @click.option("--dagster-port", default=3000, show_default=True, type=int)
 @click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
 def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
     """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything."""
-    from .install.jars import ensure_jars
-    from .install.jdk import find_java
-    from .pipeline.devstack import DevStack, DevStackSettings
-    from .settings import DataLayout
+    from ..install.jars import ensure_jars
+    from ..install.jdk import find_java
+    from ..settings import DataLayout
+    from .dev import DevStack, DevStackSettings
 
-    workspace = Path(__file__).resolve().parent.parent / "workspace.yaml"
+    workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
     try:
@@ -115,15 +103,15 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @click.argument("stage", type=click.Choice(["flush", "state", "materialise"]))
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
-@_defs_dir
-@click.option("--wal-url", envvar="LAKESYNC_WAL_URL", help="sqlite:///PATH or postgresql://…")
+@defs_dir_option
+@click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
 def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure)."""
-    from .pipeline.context import PipelineContext
-    from .pipeline.flush import run_flush
-    from .pipeline.materialise import run_materialise
-    from .pipeline.state import run_state
-    from .settings import PipelineSettings
+    from ..pipeline.context import PipelineContext
+    from ..pipeline.flush import run_flush
+    from ..pipeline.materialise import run_materialise
+    from ..pipeline.state import run_state
+    from ..settings import PipelineSettings
 
     logging.basicConfig(level=logging.WARNING)
     settings = PipelineSettings.from_env(

@@ -2,7 +2,7 @@
 
 Processes (all children of this one; Ctrl-C stops them in reverse order):
 
-1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on ``<data-dir>/wal.db``;
+1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on the embedded WAL;
 2. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
    thresholds, so the sensors flush, merge and materialise the demo within seconds;
 3. demo clients (threads here) writing into the ``todos`` table of gateway ``demo`` over HTTP.
@@ -33,6 +33,14 @@ import httpx
 from ..core.delta import DELETE, UPDATE, ColumnDelta
 from ..core.hlc import HLC
 from ..core.ids import delta_id
+from ..settings import (
+    ENV_BACKLOG_AGE_SECONDS,
+    ENV_BACKLOG_BYTES,
+    ENV_DATA_DIR,
+    ENV_DEFS_DIR,
+    ENV_WAL_URL,
+    DataLayout,
+)
 
 __all__ = ["DEMO_GATEWAY", "DEMO_SCHEMA", "DevStack", "DevStackSettings", "demo_defs_yaml"]
 
@@ -78,7 +86,7 @@ def demo_defs_yaml() -> str:
         "destinations:\n"
         "  - name: local\n"
         "    kind: sqlite\n"
-        '    url: "sqlite:///${LAKESYNC_DATA_DIR}/destination.db"\n'
+        f'    url: "sqlite:///${{{ENV_DATA_DIR}}}/destination.db"\n'
         "    tables: [todos]\n"
     )
 
@@ -203,11 +211,11 @@ class DevStack:
         defs = self._defs_dir().resolve()
         env = {
             **self.env,
-            "LAKESYNC_DATA_DIR": str(data),
-            "LAKESYNC_DEFS_DIR": str(defs),
-            "LAKESYNC_WAL_URL": "sqlite:///" + str(data / "wal.db"),
-            "LAKESYNC_BACKLOG_BYTES": str(s.backlog_bytes),
-            "LAKESYNC_BACKLOG_AGE_SECONDS": str(s.backlog_age_seconds),
+            ENV_DATA_DIR: str(data),
+            ENV_DEFS_DIR: str(defs),
+            ENV_WAL_URL: DataLayout(data).wal_url,
+            ENV_BACKLOG_BYTES: str(s.backlog_bytes),
+            ENV_BACKLOG_AGE_SECONDS: str(s.backlog_age_seconds),
             "DAGSTER_HOME": str(dagster_home),
             "PYTHONUNBUFFERED": "1",
         }

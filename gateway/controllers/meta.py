@@ -1,0 +1,46 @@
+"""Meta routes: liveness, readiness, Prometheus metrics and the OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Controller, Response, get
+from litestar.di import NamedDependency
+
+from ..bodies import Status
+from ..openapi import openapi_document
+from ..state import GatewayServices
+from ._json import json_response
+
+__all__ = ["MetaController"]
+
+
+class MetaController(Controller):
+    """Unauthenticated routes about the process itself."""
+
+    path = "/"
+
+    @get("/health", sync_to_thread=False)
+    def health(self) -> Response[bytes]:
+        """Liveness."""
+        return json_response(Status("ok"))
+
+    @get("/ready")
+    async def ready(self, services: NamedDependency[GatewayServices]) -> Response[bytes]:
+        """Readiness: the WAL answers."""
+        try:
+            await services.offload(services.admin.ping)
+        except Exception:  # any failure to reach the WAL means not ready; reported, not raised
+            return json_response(Status("not_ready", "adapter unreachable"), 503)
+        return json_response(Status("ready"))
+
+    @get("/metrics")
+    async def prometheus(self, services: NamedDependency[GatewayServices]) -> Response[str]:
+        """Prometheus text exposition."""
+        backlogs = await services.offload(services.admin.backlogs)
+        return Response(services.metrics.render(backlogs), media_type="text/plain; version=0.0.4")
+
+    @get("/v1/openapi.json", sync_to_thread=False)
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI document."""
+        return openapi_document()

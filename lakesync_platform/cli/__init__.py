@@ -1,0 +1,34 @@
+"""The ``lakesync`` command line.
+
+Each command reads its settings once, here at the process edge (flags, then the environment
+variables named in :mod:`lakesync_platform.settings`, then the defaults under the data
+directory), and passes them down as settings objects:
+
+* ``gateway`` — serve the sync gateway (:mod:`.gateway`);
+* ``token`` — mint a token (:mod:`.token`); ``status`` — WAL counters (:mod:`.status`);
+* ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
+  for development, supervised by :mod:`.dev` (:mod:`.run`).
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import run
+from .gateway import gateway
+from .status import status
+from .token import token
+
+__all__ = ["main"]
+
+
+@click.group()
+@click.version_option(package_name="lakesync-platform")
+def main() -> None:
+    """LakeSync Platform: sync gateway, client SDK and lake pipeline."""
+
+
+main.add_command(gateway)
+main.add_command(token)
+main.add_command(status)
+run.register(main)

@@ -1,0 +1,119 @@
+"""``lakesync gateway``: serve the LakeSync protocol v1 gateway.
+
+The flags (or their environment variables) become one :class:`GatewaySettings`, handed to the
+gateway's server, which builds the app with ``create_app(settings)`` in each worker process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..settings import (
+    ENV_JWT_SECRET,
+    ENV_JWT_SECRET_PREVIOUS,
+    ENV_MAX_BACKLOG_BYTES,
+    ENV_WAL_URL,
+    DataLayout,
+    GatewaySettings,
+)
+from .options import data_dir_option, resolve_secret
+
+__all__ = ["gateway", "gateway_settings"]
+
+
+def gateway_settings(
+    data_dir: Path,
+    *,
+    wal_url: str | None,
+    jwt_secret: str | None,
+    jwt_secret_previous: str | None,
+    no_auth: bool,
+    max_backlog_bytes: int | None,
+    rate_limit: int | None,
+    cors_origins: tuple[str, ...],
+) -> GatewaySettings:
+    """The gateway's settings from its flags (the secret file is created on first start)."""
+    secrets: list[str] = []
+    if not no_auth:
+        secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
+        if jwt_secret_previous:
+            secrets.append(jwt_secret_previous)
+    return GatewaySettings(
+        wal_url=wal_url or DataLayout.at(data_dir).wal_url,
+        jwt_secrets=tuple(secrets),
+        auth_enabled=not no_auth,
+        max_backlog_bytes=max_backlog_bytes,
+        rate_limit=rate_limit,
+        allowed_origins=cors_origins or None,
+    )
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@data_dir_option
+@click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
+@click.option("--jwt-secret", envvar=ENV_JWT_SECRET, help="HS256 secret for tokens.")
+@click.option(
+    "--jwt-secret-previous",
+    envvar=ENV_JWT_SECRET_PREVIOUS,
+    help="Previous secret, still accepted during rotation.",
+)
+@click.option("--no-auth", is_flag=True, help="Disable authentication (local development only).")
+@click.option(
+    "--max-backlog-bytes",
+    type=int,
+    envvar=ENV_MAX_BACKLOG_BYTES,
+    help="Answer pushes with 503 while the unflushed WAL backlog is over this size.",
+)
+@click.option("--rate-limit", type=int, help="Requests per minute per caller (off by default).")
+@click.option(
+    "--cors-origin", multiple=True, help="Allowed CORS origin (repeat); default reflects any."
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Worker processes sharing the listening socket.",
+)
+@click.option("--log-level", default="info", show_default=True)
+def gateway(
+    host: str,
+    port: int,
+    data_dir: Path,
+    wal_url: str | None,
+    jwt_secret: str | None,
+    jwt_secret_previous: str | None,
+    no_auth: bool,
+    max_backlog_bytes: int | None,
+    rate_limit: int | None,
+    cors_origin: tuple[str, ...],
+    workers: int,
+    log_level: str,
+) -> None:
+    """Serve the LakeSync protocol v1 gateway."""
+    # The gateway app is an application on top of this package; only this edge loads it.
+    from gateway.serve import serve
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    settings = gateway_settings(
+        data_dir,
+        wal_url=wal_url,
+        jwt_secret=jwt_secret,
+        jwt_secret_previous=jwt_secret_previous,
+        no_auth=no_auth,
+        max_backlog_bytes=max_backlog_bytes,
+        rate_limit=rate_limit,
+        cors_origins=cors_origin,
+    )
+    click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
+    if no_auth:
+        click.echo(
+            "WARNING: authentication is OFF (--no-auth); for local development only.", err=True
+        )
+    else:
+        click.echo(f"Mint a token: lakesync token --data-dir {data_dir} --sub ID --gw GW", err=True)
+    serve(settings, host=host, port=port, workers=workers, log_level=log_level)
