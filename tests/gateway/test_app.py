@@ -21,7 +21,8 @@ from lakesync_platform.client import TransportError
 from lakesync_platform.client._errors import error_from_envelope
 from lakesync_platform.core.errors import ERRORS_BY_CODE, LakeSyncError, RateLimitedError
 from lakesync_platform.settings import GatewaySettings
-from tests.helpers import SECRET, GatewayProcess, make_delta, token, wire
+from lakesync_platform.testing import GatewayProcess
+from tests.helpers import SECRET, make_delta, token, wire
 
 from .conftest import Gateway, assert_error
 
@@ -122,7 +123,7 @@ def _is_worker(pid: int) -> bool:
 
 @pytest.mark.slow
 def test_two_workers_serve_one_socket(tmp_path: Path) -> None:
-    proc = GatewayProcess(tmp_path, extra_args=("--workers", "2")).start(timeout=60)
+    proc = GatewayProcess(tmp_path, SECRET, workers=2).start(timeout=60)
     try:
         assert proc.proc is not None
         workers = [pid for pid in _children(proc.proc.pid) if _is_worker(pid)]
