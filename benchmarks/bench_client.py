@@ -44,7 +44,7 @@ from lakesync_platform.client import (  # noqa: E402
 from lakesync_platform.core.delta import ColumnDelta, RowDelta  # noqa: E402
 from lakesync_platform.core.hlc import encode  # noqa: E402
 from lakesync_platform.core.ids import delta_id  # noqa: E402
-from lakesync_platform.wal.service import SyncService  # noqa: E402
+from lakesync_platform.sync.service import SyncService  # noqa: E402
 from lakesync_platform.wal.store import WriteAheadLog  # noqa: E402
 
 SCHEMA = {

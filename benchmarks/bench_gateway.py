@@ -786,7 +786,7 @@ def fill_chunks(total: int, procs: int, chunk: int = 10_000) -> Iterator[list[Ro
 
 def fill_service(url: str, chunks: Iterator[list[RowDelta]], batch: int = 2000) -> dict[str, Any]:
     """Push every chunk in-process through ``SyncService.push`` (the server's write path)."""
-    from lakesync_platform.wal.service import SyncService
+    from lakesync_platform.sync.service import SyncService
     from lakesync_platform.wal.store import WriteAheadLog
 
     wal = WriteAheadLog.open(url, now_ms=wall_ms())
@@ -1207,8 +1207,8 @@ _CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
     ),
     ("sqlalchemy: python overhead", lambda f: "/sqlalchemy/" in f),
     ("core.merge", lambda f: "/core/merge.py" in f),
-    ("wal.service (push/pull logic)", lambda f: "/wal/service.py" in f),
-    ("wal.store (row building)", lambda f: "/wal/store.py" in f),
+    ("sync (push/pull logic)", lambda f: "/lakesync_platform/sync/" in f),
+    ("wal (store: row building, SQL)", lambda f: "/lakesync_platform/wal/" in f),
     ("wire decode/validate", lambda f: "/core/wire.py" in f or "/core/delta.py" in f),
     ("schema check", lambda f: "/core/schema.py" in f),
     ("auth (JWT)", lambda f: "/core/auth.py" in f or "/gateway/auth.py" in f),

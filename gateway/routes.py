@@ -1,4 +1,4 @@
-"""HTTP routes: thin controllers over :class:`lakesync_platform.wal.service.SyncService`."""
+"""HTTP routes: thin controllers over :class:`lakesync_platform.sync.service.SyncService`."""
 
 from __future__ import annotations
 

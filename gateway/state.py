@@ -13,7 +13,7 @@ from litestar import Request
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
-from lakesync_platform.wal.service import SyncService
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics
