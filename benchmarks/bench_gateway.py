@@ -1245,7 +1245,7 @@ def _stack_category(frames: list[str]) -> str:
         return "db: COMMIT (WAL write + fsync)"
     if leaf_in_db and "_on_begin" in names:
         return "db: BEGIN IMMEDIATE (SQLite; includes any wait for the write lock)"
-    if leaf_in_db and "lock_gateway" in names:
+    if leaf_in_db and "_lock_gateway" in names:
         return "db: SELECT ... FOR UPDATE (gateway row lock + wait)"
     return "other"
 
@@ -1285,7 +1285,9 @@ def summarize_profile(path: Path, focus: str | None = None, top: int = 22) -> di
                 break
         if cat.startswith("db: driver"):
             # which WAL operation is waiting on / running in the database driver
-            op = next((f.split(" (")[0] for f in reversed(frames) if "/wal/store.py" in f), None)
+            op = next(
+                (f.split(" (")[0] for f in reversed(frames) if "/lakesync_platform/wal/" in f), None
+            )
             cat = f"db: driver execute in {op}" if op else cat
         cats[cat] += n
     if total == 0:
