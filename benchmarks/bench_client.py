@@ -40,8 +40,8 @@ from lakesync_platform.client import (
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.core.ids import delta_id
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
-from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 SCHEMA = {

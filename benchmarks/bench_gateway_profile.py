@@ -62,8 +62,8 @@ _CATEGORIES: list[tuple[str, Callable[[str], bool]]] = [
     ),
     ("sqlalchemy: python overhead", lambda f: "/sqlalchemy/" in f),
     ("core.merge", lambda f: "/core/merge.py" in f),
-    ("wal.service (push/pull logic)", lambda f: "/wal/service.py" in f),
-    ("wal.store (row building)", lambda f: "/wal/store.py" in f),
+    ("sync (push/pull logic)", lambda f: "/lakesync_platform/sync/" in f),
+    ("wal (row building, SQL)", lambda f: "/lakesync_platform/wal/" in f),
     ("wire decode/validate", lambda f: "/core/wire.py" in f or "/core/delta.py" in f),
     ("schema check", lambda f: "/core/schema.py" in f),
     ("auth (JWT)", lambda f: "/core/auth.py" in f or "/gateway/auth.py" in f),
@@ -89,7 +89,7 @@ def _stack_category(frames: list[str]) -> str:
         return "db: COMMIT (WAL write + fsync)"
     if leaf_in_db and "_on_begin" in names:
         return "db: BEGIN IMMEDIATE (SQLite; includes any wait for the write lock)"
-    if leaf_in_db and "lock_gateway" in names:
+    if leaf_in_db and "_lock_gateway" in names:
         return "db: SELECT ... FOR UPDATE (gateway row lock + wait)"
     return "other"
 
@@ -135,7 +135,9 @@ def summarize_profile(path: Path, focus: str | None = None, top: int = 22) -> di
                 break
         if cat.startswith("db: driver"):
             # which WAL operation is waiting on / running in the database driver
-            op = next((f.split(" (")[0] for f in reversed(frames) if "/wal/store.py" in f), None)
+            op = next(
+                (f.split(" (")[0] for f in reversed(frames) if "/lakesync_platform/wal/" in f), None
+            )
             cat = f"db: driver execute in {op}" if op else cat
         cats[cat] += n
     if total == 0:

@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from lakesync_platform.core.wire import WireDelta
-from lakesync_platform.wal.model import PulledDelta, StampedInsert
+from lakesync_platform.sync.delivery import PulledDelta, StampedInsert
 
 __all__ = [
     "FlushAccepted",

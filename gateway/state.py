@@ -14,7 +14,7 @@ from litestar.connection import ASGIConnection
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.admin import GatewayAdmin
-from lakesync_platform.wal.service import SyncService
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics

@@ -13,8 +13,8 @@ from typing import Any
 
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.schema import parse_table_schema
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal import tables as t
-from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .backends import SqliteBackend, libpq_url

@@ -6,8 +6,9 @@ exceptions of :mod:`lakesync_platform.core.errors` (what the gateway answered) o
 :class:`~lakesync_platform.client.TransportError` (it could not be reached); the engine treats
 both transports alike.
 
-* :class:`InProcessTransport` calls a :class:`~lakesync_platform.wal.service.SyncService`
-  directly — for tests, benchmarks and apps that embed the gateway's engine;
+* :class:`InProcessTransport` calls an :class:`EmbeddedSyncService` (the gateway's sync engine,
+  ``lakesync_platform.sync.service.SyncService``) directly — for tests, benchmarks and apps
+  that embed it; the client never imports the server, it only names the shape it calls;
 * :class:`~lakesync_platform.client.HttpTransport` speaks protocol v1 over HTTP;
 * :class:`OfflineTransport` is what a client without a gateway uses: every call fails.
 """
@@ -16,17 +17,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from ..core.delta import RowDelta
+from ..core.sync_rules import Claims
 from ._errors import TransportError
 from ._wire import RemoteRow, parse_remote_rows
 
-if TYPE_CHECKING:
-    from ..wal.service import SyncService
-
 __all__ = [
     "Checkpoint",
+    "EmbeddedSyncService",
     "InProcessTransport",
     "OfflineTransport",
     "PullResponse",
@@ -81,8 +81,59 @@ class Transport(Protocol):
         ...
 
 
+class _PushOutcome(Protocol):
+    """What an embedded push answers: the cursor to report and the deltas accepted."""
+
+    @property
+    def server_hlc(self) -> int: ...
+
+    @property
+    def accepted(self) -> int: ...
+
+
+class _PulledPage(Protocol):
+    """What an embedded pull answers: the deltas as wire objects, the cursor, ``has_more``."""
+
+    @property
+    def deltas(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def server_hlc(self) -> int: ...
+
+    @property
+    def has_more(self) -> bool: ...
+
+
+class EmbeddedSyncService(Protocol):
+    """The part of the gateway's sync engine an :class:`InProcessTransport` calls."""
+
+    def push(
+        self,
+        gw: str,
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        *,
+        claims: Claims | None = ...,
+    ) -> _PushOutcome:
+        """Accept a batch whole or reject it whole."""
+        ...
+
+    def pull(
+        self,
+        gw: str,
+        client_id: str,
+        since: int,
+        limit: int,
+        *,
+        claims: Claims | None = ...,
+        stamped: bool = ...,
+    ) -> _PulledPage:
+        """One page of rows changed after cursor ``since``."""
+        ...
+
+
 class InProcessTransport:
-    """A transport that calls a ``SyncService`` in this process (no HTTP, no auth).
+    """A transport that calls the sync engine in this process (no HTTP, no auth).
 
     ``claims`` are the sync-rule claims the caller would carry in its token (``sub`` defaults
     to the pushing client id); ``checkpoint`` optionally supplies initial-sync snapshots.
@@ -90,7 +141,7 @@ class InProcessTransport:
 
     def __init__(
         self,
-        service: SyncService,
+        service: EmbeddedSyncService,
         gateway_id: str,
         *,
         claims: Mapping[str, str | Sequence[str]] | None = None,

@@ -17,7 +17,7 @@ from ..core.errors import NotFoundError
 from ..core.identifiers import check_gateway_id
 from ..core.schema import TableSchema
 from ..core.sync_rules import SyncRules
-from ..wal.model import FlushRequest, GatewayStats
+from ..core.wal import FlushRequest, GatewayStats
 
 __all__ = [
     "RECENT_FLUSH_REQUESTS",

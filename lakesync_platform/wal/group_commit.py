@@ -25,7 +25,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import AdapterError
-from .store import WriteAheadLog
+from .database import SqlDatabase
 
 __all__ = ["GroupCommitter"]
 
@@ -54,7 +54,7 @@ class _JobFailed(Exception):
 class GroupCommitter:
     """Runs write jobs on one thread, many per transaction (see the module docstring)."""
 
-    def __init__(self, wal: WriteAheadLog, max_group: int = 64) -> None:
+    def __init__(self, wal: SqlDatabase, max_group: int = 64) -> None:
         self._wal = wal
         self._max_group = max_group
         self._cond = threading.Condition()

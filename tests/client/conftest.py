@@ -12,8 +12,8 @@ import pytest
 
 from lakesync_platform.client import InProcessTransport, LakeSyncClient, Transport, create_client
 from lakesync_platform.client.testing import FlakyTransport
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess, ManualClock
-from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import SECRET
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lakesync_platform.client import InProcessTransport, create_client
-from lakesync_platform.wal.service import SyncService
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .conftest import GW, TODOS, local_rows
@@ -21,7 +21,7 @@ CHILD = textwrap.dedent(
     """
     import os, signal, sys, time
     from lakesync_platform.client import InProcessTransport, create_client
-    from lakesync_platform.wal.service import SyncService
+    from lakesync_platform.sync.service import SyncService
     from lakesync_platform.wal.store import WriteAheadLog
 
     wal_path, client_path, when = sys.argv[1], sys.argv[2], sys.argv[3]

@@ -22,8 +22,8 @@ from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.errors import RateLimitedError, ValidationError
 from lakesync_platform.core.schema import parse_table_schema
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import ManualClock
-from lakesync_platform.wal.service import SyncService
 
 from .conftest import GW, TODOS, ClientFactory, local_rows, server_rows
 

@@ -20,8 +20,8 @@ import pytest
 
 from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.sync_rules import ClientView, SyncRules, parse_sync_rules
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
-from lakesync_platform.wal.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import SECRET, token, wire
 from tests.sim import StampedClient, TsLikeClient

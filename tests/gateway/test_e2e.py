@@ -25,12 +25,14 @@ from functools import partial
 from typing import Any
 
 import httpx
+from sqlalchemy import select
 
 from lakesync_platform.core.delta import DELETE, INSERT, UPDATE, RowDelta
 from lakesync_platform.core.hlc import HLC, encode
 from lakesync_platform.core.merge import RowState, merge_delta
+from lakesync_platform.core.wal import WalEntry
 from lakesync_platform.testing import GatewayProcess
-from lakesync_platform.wal.model import WalEntry
+from lakesync_platform.wal import tables as t
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import make_delta, token, wire
 
@@ -91,8 +93,11 @@ def wal_snapshots(wal: WriteAheadLog, gw: str) -> dict[RowKey, Snapshot]:
 
 def known_ids(wal: WriteAheadLog, gw: str, ids: Iterable[str]) -> set[str]:
     """The subset of ``ids`` recorded in ``wal_delta_ids`` for ``gw``."""
+    wanted = set(ids)
+    c = t.delta_ids.c
     with wal.read() as conn:
-        return wal.known_delta_ids(conn, gw, list(ids))
+        stored = conn.execute(select(c.delta_id).where(c.gateway_id == gw)).scalars()
+        return {i for i in stored if i in wanted}
 
 
 # ---------------------------------------------------------------------- writers

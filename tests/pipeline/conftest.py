@@ -19,7 +19,7 @@ from lakesync_platform.core.delta import DELETE, ColumnDelta, RowDelta
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.core.ids import delta_id
 from lakesync_platform.core.schema import TableSchema, parse_table_schema
-from lakesync_platform.wal.service import SyncService
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 NOW_MS = 1_767_000_000_000

@@ -1,4 +1,4 @@
-"""Push and pull semantics of the sync service, on SQLite and PostgreSQL."""
+"""Push and pull semantics of the sync service, on every WAL store (memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from lakesync_platform.core.errors import BackpressureError, ClockDriftError, Sc
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.core.schema import parse_table_schema
 from lakesync_platform.core.sync_rules import parse_sync_rules
-from lakesync_platform.wal.service import POSITION_BITS, SyncService
+from lakesync_platform.core.wal import WalStore
+from lakesync_platform.sync.cursors import POSITION_BITS
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import make_delta
 from tests.wal.conftest import BASE_MS, Clock
@@ -64,7 +66,7 @@ def test_equal_hlc_is_won_by_the_higher_client_id(service: SyncService, gw: str)
 
 
 def test_batch_with_a_drifted_delta_writes_nothing(
-    service: SyncService, wal: WriteAheadLog, gw: str, clock: Clock
+    service: SyncService, wal: WalStore, gw: str, clock: Clock
 ) -> None:
     good = [make_delta("a", h(i), "t", f"r{i}", {"x": i}, "INSERT") for i in range(5)]
     bad = make_delta("a", encode(clock.ms + 5001, 0), "t", "late", {"x": 1}, "INSERT")
@@ -78,9 +80,7 @@ def test_batch_with_a_drifted_delta_writes_nothing(
     assert len(service.push(gw, "a", [exactly]).entries) == 1
 
 
-def test_delta_ids_are_deduplicated_forever(
-    service: SyncService, wal: WriteAheadLog, gw: str
-) -> None:
+def test_delta_ids_are_deduplicated_forever(service: SyncService, wal: WalStore, gw: str) -> None:
     d = make_delta("a", h(1), "t", "r", {"x": 1}, "INSERT")
     first = service.push(gw, "a", [d])
     assert len(first.entries) == 1
@@ -92,7 +92,7 @@ def test_delta_ids_are_deduplicated_forever(
 
 
 def test_a_write_that_loses_everything_appends_nothing_but_reannounces_the_row(
-    service: SyncService, wal: WriteAheadLog, gw: str
+    service: SyncService, wal: WalStore, gw: str
 ) -> None:
     service.push(gw, "a", [make_delta("a", h(10), "t", "r", {"x": "new"}, "INSERT")])
     service.pull(gw, "b", 0, 100, claims={"sub": "b"})
@@ -210,7 +210,7 @@ def test_has_more_cursor_is_safe_for_a_client_that_ignores_has_more(
 
 
 def test_registered_schema_is_enforced_on_push(
-    service: SyncService, wal: WriteAheadLog, gw: str
+    service: SyncService, wal: WalStore, gw: str
 ) -> None:
     service.save_schema(
         gw, parse_table_schema({"table": "todos", "columns": [{"name": "title", "type": "string"}]})
@@ -231,9 +231,7 @@ def test_registered_schema_is_enforced_on_push(
     assert wal.max_cursor(gw) == 1
 
 
-def test_backpressure_until_the_backlog_is_flushed(
-    wal: WriteAheadLog, clock: Clock, gw: str
-) -> None:
+def test_backpressure_until_the_backlog_is_flushed(wal: WalStore, clock: Clock, gw: str) -> None:
     service = SyncService(wal, clock, max_backlog_bytes=2000)
     i = 0
     with pytest.raises(BackpressureError, match="backlog"):
@@ -316,7 +314,7 @@ def test_changing_rules_resyncs_old_cursors(service: SyncService, gw: str) -> No
     assert {r for r, v in rows.items() if v is not None} == {"n0", "n2"}
 
 
-def test_gateways_are_isolated(service: SyncService, wal: WriteAheadLog, gw: str) -> None:
+def test_gateways_are_isolated(service: SyncService, wal: WalStore, gw: str) -> None:
     other = gw + "_other"
     d = make_delta("a", h(1), "t", "r", {"x": 1}, "INSERT")
     service.push(gw, "a", [d])
@@ -364,11 +362,12 @@ def test_one_batch_applies_like_its_deltas_one_push_at_a_time(clock: Clock, tmp_
         assert log == entries
         rows = {(tbl, k): v for tbl in ("t", "u") for k, v in service.known_rows("gw", tbl).items()}
         pulled, _ = stamped_rows(service, "gw", "c")
-        with wal.read() as conn:
-            logged = {e.cursor for e in wal.read_entries("gw", 0)}
-            reannounced = {r.row_key for r in wal.scan_rows(conn, "gw", 0, 100)} - {
-                r.row_key for r in wal.scan_rows(conn, "gw", 0, 100) if r.position in logged
-            }
+        logged = {e.cursor for e in wal.read_entries("gw", 0)}
+        with wal.pull_read("gw", "probe", 0, 0) as reader:
+            scanned = reader.scan(0, 100)
+        reannounced = {r.row_key for r in scanned} - {
+            r.row_key for r in scanned if r.position in logged
+        }
         outcomes.append((entries, rows, pulled, reannounced, sum(r.duplicates for r in results)))
         wal.close()
     assert outcomes[0] == outcomes[1]

@@ -1,0 +1,364 @@
+"""The write-ahead log as a port: the records it keeps and hands out, and :class:`WalStore`.
+
+The sync engine (:mod:`lakesync_platform.sync`), the gateway, the pipeline and the sensors talk
+to the log through :class:`WalStore`; :mod:`lakesync_platform.wal` implements it (SQLite and
+PostgreSQL on SQLAlchemy Core, and an in-memory twin for fast tests). Nothing here does I/O.
+
+A push is planned, then committed (ARCHITECTURE.md §3): :meth:`WalStore.append_changes` locks
+the gateway, claims the batch's ``(hlc, deltaId)`` pairs and loads the rows it touches
+(:class:`LoadedRows`), hands them to a pure planner that returns a :class:`PushPlan` (what to
+append, which row states change, which columns are new), and writes the plan in the same
+transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from .delta import ColumnDelta, RowDelta
+from .merge import RowState
+from .schema import TableSchema
+from .sync_rules import SyncRules
+
+__all__ = [
+    "AppendRequest",
+    "FlushRequest",
+    "GatewayCounters",
+    "GatewayStats",
+    "LoadedRows",
+    "NewColumn",
+    "PushCommit",
+    "PushPlan",
+    "PushPlanner",
+    "RowReader",
+    "RowRecord",
+    "RowWrite",
+    "StoredRow",
+    "WalEntry",
+    "WalStore",
+    "decode_columns",
+    "encode_columns",
+]
+
+_json_encode = msgspec.json.Encoder().encode
+_json_decode = msgspec.json.Decoder().decode
+
+
+class WalEntry(msgspec.Struct, frozen=True):
+    """One accepted change, as appended to the log (a struct: built in C on the push path).
+
+    ``cursor`` is the server-assigned, strictly increasing ingest cursor (per gateway).
+    ``columns`` are the *effective* columns (the ones the delta won); ``op`` is ``INSERT`` (the
+    row became live), ``UPDATE`` or ``DELETE``. ``hlc``/``client_id``/``delta_id`` are the
+    writer's. ``ingest_ms`` is the server's wall clock at commit.
+    """
+
+    cursor: int
+    delta_id: str
+    table: str
+    row_id: str
+    op: str
+    client_id: str
+    hlc: int
+    columns: tuple[ColumnDelta, ...]
+    ingest_ms: int
+    size: int
+
+    def to_delta(self) -> RowDelta:
+        """The entry as a row delta (its effective columns only)."""
+        return RowDelta(
+            self.op, self.table, self.row_id, self.client_id, self.columns, self.hlc, self.delta_id
+        )
+
+
+def encode_columns(columns: Sequence[ColumnDelta]) -> str:
+    """Columns as the WAL stores them: a JSON array of ``{"column", "value"}``."""
+    return _json_encode(columns).decode()  # a ColumnDelta struct encodes as that object
+
+
+def decode_columns(text: str) -> tuple[ColumnDelta, ...]:
+    """Inverse of :func:`encode_columns`."""
+    return tuple(ColumnDelta(c["column"], c["value"]) for c in _json_decode(text))
+
+
+class StoredRow(msgspec.Struct, frozen=True, gc=False):
+    """A row as stored: its key, table, id, state, and the cursor of its last change.
+
+    A struct, not a dataclass: pulls build a thousand per page, and a frozen dataclass's
+    ``__init__`` costs six times as much.
+    """
+
+    row_key: str
+    table: str
+    row_id: str
+    state: RowState
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """What a client holds of a row: ``held`` once it applied the page ending at ``at_cursor``."""
+
+    held: bool
+    at_cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayCounters:
+    """A gateway's counters, read under its write lock at the start of a push."""
+
+    last_cursor: int
+    appended_bytes: int
+    flushed_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayStats:
+    """Counters for one gateway id (admin metrics, backpressure)."""
+
+    gateway_id: str
+    max_cursor: int
+    flush_watermark: int
+    backlog_entries: int
+    backlog_bytes: int
+    row_count: int
+    live_rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class FlushRequest:
+    """A request to flush a gateway's WAL to the lake, made through the admin route."""
+
+    request_id: str
+    gateway_id: str
+    requested_ms: int
+    status: str
+    detail: str | None
+    updated_ms: int
+
+
+# ---------------------------------------------------------------------- push: plan, then commit
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """What a push transaction must read before it can be planned, and who pushed.
+
+    ``stamped_ids`` are the batch's ``(hlc, deltaId)`` pairs in order (claimed: recorded as
+    accepted, forever); ``row_keys`` the distinct rows it touches. ``client_id`` is the pushing
+    client, whose delivery state the commit updates (``held_keys``: rows it may hold from now
+    on; the cursor it last pulled from is read back) — ``None`` for a server-side append,
+    which records no client delivery state.
+    """
+
+    stamped_ids: Sequence[tuple[int, str]]
+    row_keys: Sequence[str]
+    client_id: str | None = None
+    held_keys: Sequence[str] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedRows:
+    """What a push transaction read under the gateway's lock: the planner's input.
+
+    ``fresh_ids``: the claimed ``(hlc, deltaId)`` pairs not accepted before (a pair repeated
+    in the batch counts once); ``states``: the stored state of each loaded row that exists.
+    """
+
+    counters: GatewayCounters
+    fresh_ids: set[tuple[int, str]]
+    states: dict[str, RowState]
+
+
+class RowWrite(msgspec.Struct, frozen=True, gc=False):
+    """A row state a push changes: the new state (as stored: JSON text) and its new position."""
+
+    row_key: str
+    table: str
+    row_id: str
+    state_json: str
+    live: bool
+    position: int
+
+
+class NewColumn(msgspec.Struct, frozen=True, gc=False):
+    """A column first accepted by a push: ``ordinal`` counts the table's known columns."""
+
+    table: str
+    column: str
+    ordinal: int
+
+
+@dataclass(slots=True)
+class PushPlan:
+    """Everything one push writes, decided before anything is written.
+
+    ``entries`` are appended to the log; ``entries_columns_json[i]`` is the stored form of
+    ``entries[i].columns`` (precomputed where the push could). ``rows`` are the row states
+    that change — written, re-announced (``reannounced``: moved to a fresh cursor although
+    the log got no entry for them) or both. ``last_cursor`` is the gateway's cursor after the
+    push; ``added_bytes`` the backlog the entries add.
+    """
+
+    entries: list[WalEntry]
+    entries_columns_json: list[str]
+    rows: list[RowWrite]
+    reannounced: list[str]
+    new_columns: list[NewColumn]
+    duplicates: int
+    added_bytes: int
+    last_cursor: int
+
+
+@dataclass(frozen=True, slots=True)
+class PushCommit:
+    """A committed push: its plan, and the cursor the pushing client last pulled from (0 if
+    it never pulled, or for a server-side append)."""
+
+    plan: PushPlan
+    last_since: int
+
+
+PushPlanner = Callable[[LoadedRows], PushPlan]
+"""A pure function from what a push transaction read to what it writes (it may raise: then
+nothing is written)."""
+
+
+# ---------------------------------------------------------------------- the port
+
+
+class RowReader(Protocol):
+    """One consistent read of a gateway's row state, for one pulling client."""
+
+    def scan(self, after: int, limit: int) -> list[StoredRow]:
+        """Rows whose last change is after cursor ``after``, in cursor order."""
+        ...
+
+    def client_records(self, keys: Sequence[str]) -> dict[str, RowRecord]:
+        """What the pulling client holds of the rows ``keys``, as far as the server knows."""
+        ...
+
+
+class WalStore(Protocol):
+    """The durable log, row state, delivery state, config store and flush requests of every
+    gateway id (each isolated by key)."""
+
+    # -- the log: append, read, watermarks, trim, stats
+
+    def append_changes(
+        self, gw: str, request: AppendRequest, planner: PushPlanner, now_ms: int
+    ) -> PushCommit:
+        """In one transaction, under the gateway's lock: claim ids, load rows, plan, write.
+
+        Nothing is written if ``planner`` raises; the commit is durable when this returns.
+        """
+        ...
+
+    def read_entries(self, gw: str, after: int, limit: int = 10_000) -> list[WalEntry]:
+        """Log entries with cursor > ``after``, ascending, at most ``limit``."""
+        ...
+
+    def gateway_ids(self) -> list[str]:
+        """Every gateway id that has ever accepted a push or stored config."""
+        ...
+
+    def max_cursor(self, gw: str) -> int:
+        """The last cursor handed out by ``gw`` (0 if none)."""
+        ...
+
+    def flush_watermark(self, gw: str) -> int:
+        """The cursor up to which the lake holds this gateway's log."""
+        ...
+
+    def set_flush_watermark(self, gw: str, cursor: int) -> None:
+        """Record that the lake holds every entry up to ``cursor`` (never moves backwards)."""
+        ...
+
+    def trim(self, gw: str, up_to: int) -> int:
+        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+        ...
+
+    def stats(self, gw: str) -> GatewayStats:
+        """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
+        ...
+
+    def oldest_unflushed_ms(self, gw: str) -> int | None:
+        """Ingest time of the oldest entry not yet in the lake."""
+        ...
+
+    # -- row state and client delivery state
+
+    def pull_read(
+        self, gw: str, client_id: str, since: int, now_ms: int
+    ) -> AbstractContextManager[RowReader]:
+        """Remember that ``client_id`` pulled from ``since``, then read rows for its page."""
+        ...
+
+    def save_client_records(
+        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+    ) -> None:
+        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+        ...
+
+    def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:
+        """Every row of ``table`` as ``(row_id, state)`` (tombstones included)."""
+        ...
+
+    # -- the config store
+
+    def schemas(self, gw: str) -> dict[str, TableSchema]:
+        """Registered table schemas of ``gw`` by table name."""
+        ...
+
+    def schema_versions(self, gw: str) -> dict[str, int]:
+        """Version of each registered schema (1 on first save, +1 per evolution)."""
+        ...
+
+    def save_schema(self, gw: str, schema: TableSchema, now_ms: int = 0) -> TableSchema:
+        """Register or evolve (additively) ``schema``; return the stored schema."""
+        ...
+
+    def sync_rules(self, gw: str) -> SyncRules | None:
+        """The gateway's sync rules, or ``None`` if none were saved."""
+        ...
+
+    def save_sync_rules(self, gw: str, rules: SyncRules, now_ms: int = 0) -> None:
+        """Replace the gateway's sync rules."""
+        ...
+
+    def table_columns(self, gw: str) -> dict[str, list[str]]:
+        """Every column ever accepted, per table, in first-seen order."""
+        ...
+
+    # -- flush requests
+
+    def request_flush(self, gw: str, now_ms: int) -> FlushRequest:
+        """Queue a flush of ``gw`` for the pipeline; return the request."""
+        ...
+
+    def flush_requests(
+        self, gw: str | None = None, status: str | None = "pending", limit: int = 100
+    ) -> list[FlushRequest]:
+        """Flush requests, newest last, filtered by gateway and status."""
+        ...
+
+    def update_flush_request(
+        self, request_id: str, status: str, detail: str | None, now_ms: int
+    ) -> None:
+        """Record the progress or outcome of a flush request."""
+        ...
+
+    # -- lifecycle
+
+    def ping(self) -> None:
+        """Raise :class:`~lakesync_platform.core.errors.AdapterError` if the store is down."""
+        ...
+
+    def close(self) -> None:
+        """Finish queued appends and release every resource."""
+        ...

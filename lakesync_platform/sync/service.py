@@ -1,0 +1,201 @@
+"""The sync engine's entry points: push, server-side append, pull, and the gateway's config.
+
+:class:`SyncService` validates on the caller's thread (:mod:`.prepare`), lets the store run
+one transaction per push — lock, claim ids, load rows (store) → plan (:mod:`.plan`, pure) →
+write the plan (store) — and cuts pull pages from row state (:mod:`.pull`, :mod:`.delivery`).
+It holds no state of its own but a short-lived cache of each gateway's configuration.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from ..core.delta import DELETE, RowDelta
+from ..core.errors import AdapterError
+from ..core.merge import RowState
+from ..core.schema import TableSchema
+from ..core.sync_rules import Claims, ClientView, SyncRules
+from ..core.wal import AppendRequest, LoadedRows, PushPlan, RowRecord, WalEntry, WalStore
+from .config import GatewayConfig, load_config
+from .cursors import compose_cursor, split_cursor
+from .delivery import PullPage
+from .plan import plan_append, plan_push
+from .prepare import check_backlog, check_deltas, prepare
+from .pull import cut_page
+
+__all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "SyncService"]
+
+_CONFIG_TTL_S = 1.0
+INGEST_CLIENT_PREFIX = "ingest:"
+"""Server-side appends write as client ``ingest:<source>`` (e.g. ``ingest:jira``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """Outcome of one push: ``accepted`` counts new and duplicate deltas; ``entries`` were added.
+
+    ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled).
+    """
+
+    accepted: int
+    duplicates: int
+    entries: tuple[WalEntry, ...]
+    server_hlc: int
+
+
+class SyncService:
+    """Push, append and pull against a :class:`~lakesync_platform.core.wal.WalStore`; one
+    instance serves every gateway id."""
+
+    def __init__(
+        self,
+        wal: WalStore,
+        clock: Callable[[], int],
+        *,
+        max_backlog_bytes: int | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.wal = wal
+        self._clock = clock
+        self._monotonic = monotonic
+        self.max_backlog_bytes = max_backlog_bytes
+        self._configs: dict[str, GatewayConfig] = {}
+        self._closed = False
+
+    def close(self) -> None:
+        """Refuse new pushes and appends (those already queued finish; the WAL stays open)."""
+        self._closed = True
+
+    # ------------------------------------------------------------------ config
+
+    def config(self, gw: str, *, fresh: bool = False) -> GatewayConfig:
+        """The gateway's config (schemas, rules, known columns), reloaded every second."""
+        cached = self._configs.get(gw)
+        if cached is not None and not fresh and self._monotonic() - cached.loaded < _CONFIG_TTL_S:
+            return cached
+        cfg = self._configs[gw] = load_config(self.wal, gw, self._monotonic())
+        return cfg
+
+    def save_schema(self, gw: str, schema: TableSchema) -> TableSchema:
+        """Register or evolve a table schema (additive only)."""
+        stored = self.wal.save_schema(gw, schema, self._clock())
+        self.config(gw, fresh=True)
+        return stored
+
+    def save_sync_rules(self, gw: str, rules: SyncRules) -> None:
+        """Replace the gateway's sync rules; clients re-sync their view on their next pull."""
+        self.wal.save_sync_rules(gw, rules, self._clock())
+        self.config(gw, fresh=True)
+
+    # ------------------------------------------------------------------ push and append
+
+    def push(
+        self,
+        gw: str,
+        client_id: str,
+        deltas: Sequence[RowDelta],
+        *,
+        claims: Claims | None = None,
+        any_client_ids: bool = False,
+    ) -> PushResult:
+        """Accept a client's batch whole or reject it whole (see :mod:`.plan`).
+
+        Validation and everything that does not depend on stored state is done here, on the
+        caller's thread; the store's writer only claims, loads, plans and writes.
+        """
+        self._check_open()
+        now = self._clock()
+        cfg = self.config(gw)
+        prep = prepare(cfg, client_id, deltas, now, any_client_ids=any_client_ids)
+        held: list[str] = []
+        if cfg.has_filters:
+            # A client that wrote a row may hold it from now on. A pushed DELETE proves
+            # nothing (deliveries may have re-created the row locally since): never narrow
+            # what a client may hold on push, only on confirmed deliveries.
+            view = ClientView(cfg.rules, claims or {})
+            held = [d.key for d in deltas if d.op != DELETE and not view.table_unfiltered(d.table)]
+        request = AppendRequest(
+            [(d.hlc, d.delta_id) for d in deltas], list(dict.fromkeys(prep.keys)), client_id, held
+        )
+        columns, limit = cfg.columns, self.max_backlog_bytes
+
+        def planner(loaded: LoadedRows) -> PushPlan:
+            check_backlog(loaded.counters, limit)
+            return plan_push(columns, loaded, deltas, prep, now)
+
+        commit = self.wal.append_changes(gw, request, planner, now)
+        self._learn_columns(cfg, commit.plan)
+        return PushResult(
+            len(deltas), commit.plan.duplicates, tuple(commit.plan.entries), commit.last_since
+        )
+
+    def append(self, gw: str, source: str, deltas: Sequence[RowDelta]) -> tuple[WalEntry, ...]:
+        """Append server-side changes (a connector's, written as client ``ingest:<source>``).
+
+        Validated, merged and committed like a push (whole or nothing, deduplicated by
+        ``(hlc, deltaId)``, backpressure included), but only the columns whose value changed
+        are appended, nothing is re-announced, and no client delivery state is recorded.
+        Returns the entries appended.
+        """
+        self._check_open()
+        now = self._clock()
+        cfg = self.config(gw)
+        check_deltas(cfg, INGEST_CLIENT_PREFIX + source, deltas, now)
+        request = AppendRequest(
+            [(d.hlc, d.delta_id) for d in deltas], list(dict.fromkeys(d.key for d in deltas))
+        )
+        columns, limit = cfg.columns, self.max_backlog_bytes
+
+        def planner(loaded: LoadedRows) -> PushPlan:
+            check_backlog(loaded.counters, limit)
+            return plan_append(columns, loaded, deltas, now)
+
+        commit = self.wal.append_changes(gw, request, planner, now)
+        self._learn_columns(cfg, commit.plan)
+        return tuple(commit.plan.entries)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AdapterError("The sync service is shut down")
+
+    @staticmethod
+    def _learn_columns(cfg: GatewayConfig, plan: PushPlan) -> None:
+        for new in plan.new_columns:
+            cfg.add_column(new.table, new.column)
+
+    # ------------------------------------------------------------------ pull
+
+    def pull(
+        self,
+        gw: str,
+        client_id: str,
+        since: int,
+        limit: int,
+        *,
+        claims: Claims | None = None,
+        stamped: bool = False,
+    ) -> PullPage:
+        """One page of rows changed after cursor ``since``, as this client may see them."""
+        claims = claims or {}
+        cfg = self.config(gw)
+        view = ClientView(cfg.rules, claims)
+        tag = cfg.view_tag(claims)
+        since = max(since, 0)
+        since_tag, since_pos = split_cursor(since)
+        start = 0 if since_tag != tag else since_pos
+        with self.wal.pull_read(gw, client_id, since, self._clock()) as rows:
+            page = cut_page(
+                rows, cfg, view, start=start, since_position=since_pos, limit=limit, stamped=stamped
+            )
+        if page.delivered:
+            last = page.last_position
+            self.wal.save_client_records(
+                gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
+            )
+        return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
+        """The gateway's current row state of ``table`` (tests, checks, admin)."""
+        return dict(self.wal.row_states(gw, table))
