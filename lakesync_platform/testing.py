@@ -131,13 +131,15 @@ class ManualClock:
 class GatewayProcess:
     """``lakesync gateway`` in a subprocess on a free port of 127.0.0.1.
 
+    ``secret`` signs and checks tokens (``None``: ``--no-auth``, local development only).
     ``LAKESYNC_*`` variables of the calling environment are not passed on (the flags say
     everything); ``env`` adds variables (``PYTHONPATH`` to run another copy of the code);
-    ``cwd`` is where the process starts. The log goes to ``<data_dir>/gateway-<port>.log``.
+    ``cwd`` is where the process starts. The log goes to ``log_path`` (default
+    ``<data_dir>/gateway-<port>.log``).
     """
 
     data_dir: Path
-    secret: str
+    secret: str | None
     wal_url: str | None = None
     workers: int = 1
     extra_args: Sequence[str] = ()
@@ -165,11 +167,10 @@ class GatewayProcess:
             str(self.port),
             "--data-dir",
             str(self.data_dir),
-            "--jwt-secret",
-            self.secret,
             "--log-level",
             "warning",
         ]
+        args += ["--no-auth"] if self.secret is None else ["--jwt-secret", self.secret]
         if self.workers != 1:
             args += ["--workers", str(self.workers)]
         if self.wal_url:
@@ -180,7 +181,8 @@ class GatewayProcess:
         """Start the process and wait until ``/ready`` answers 200 (with several workers, until
         it answered twice per worker, so the others have finished starting too)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.data_dir / f"gateway-{self.port}.log"
+        if self.log_path is None:
+            self.log_path = self.data_dir / f"gateway-{self.port}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
         env.update(self.env)
         with open(self.log_path, "ab") as log:

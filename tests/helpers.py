@@ -8,6 +8,7 @@ from typing import Any
 
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.ids import delta_id
+from lakesync_platform.core.wire import delta_to_wire
 from lakesync_platform.testing import dev_token
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,12 +39,4 @@ def make_delta(
 
 def wire(d: RowDelta) -> dict[str, Any]:
     """A delta's JSON wire form."""
-    return {
-        "op": d.op,
-        "table": d.table,
-        "rowId": d.row_id,
-        "clientId": d.client_id,
-        "columns": [{"column": c.column, "value": c.value} for c in d.columns],
-        "hlc": str(d.hlc),
-        "deltaId": d.delta_id,
-    }
+    return delta_to_wire(d)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,170 @@ def test_import_scanner_sees_every_form() -> None:
     )
     found = [name for _, name in _imported_names(ast.parse(source))]
     assert found == ["dagster.core", "litestar", "importlib", "sensors.jobs", "assets"]
+
+
+# ---------------------------------------------------------------- rooms of the package
+
+ROOM_IMPORTS: dict[str, set[str]] = {
+    "core": set(),
+    "sync": {"core"},
+    "wal": {"core"},
+    "client": {"core"},
+    "adapters": {"core"},
+    "connectors": {"core"},
+    "install": {"core"},
+    "declarations": {"core"},
+    "settings": set(),
+    "testing": {"core", "settings"},
+    "spark": {"core", "adapters", "install", "wal.export"},
+    "pipeline": {"core", "adapters", "declarations", "settings", "spark", "wal"},
+    "cli": {"core", "install", "pipeline", "settings", "sync", "wal", "testing", "declarations"},
+}
+"""What each room of ``lakesync_platform`` may import of the others (ARCHITECTURE.md §2): the
+model is pure; the sync engine and the WAL meet only in the model (``core.wal``: the port and its
+records); the client never reaches the server; Spark reads the WAL only through the export query
+beside its tables; the pipeline composes; the CLI is the edge that may use everything."""
+
+
+def _room_of(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _package_targets(path: Path, tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, "room[.module]")`` for every import of ``lakesync_platform`` in ``path``."""
+    rel = path.relative_to(ROOT)
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = list(rel.parts[:-1])
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+            parts = base + (node.module.split(".") if node.module else [])
+            if parts:
+                found.append((node.lineno, ".".join(parts[:2])))
+            else:  # ``from . import x`` at the package root
+                found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+            "lakesync_platform."
+        ):
+            found.append((node.lineno, ".".join(node.module.split(".")[1:3])))
+        elif isinstance(node, ast.Import):
+            found += [
+                (node.lineno, ".".join(a.name.split(".")[1:3]))
+                for a in node.names
+                if a.name.startswith("lakesync_platform.")
+            ]
+    return found
+
+
+def test_each_room_imports_only_what_it_may() -> None:
+    rooms = {_room_of(p) for p in ROOT.rglob("*.py") if p.name != "__init__.py" or p.parent != ROOT}
+    unknown = rooms - set(ROOM_IMPORTS) - {"__init__"}
+    assert unknown == set(), f"rooms without a rule (add them to ROOM_IMPORTS): {unknown}"
+    violations = []
+    for path in sorted(ROOT.rglob("*.py")):
+        room = _room_of(path)
+        if room == "__init__":
+            continue
+        allowed = ROOM_IMPORTS[room] | {room}
+        for line, target in _package_targets(path, ast.parse(path.read_text("utf-8"))):
+            if target.split(".")[0] not in allowed and target not in allowed:
+                violations.append(f"{path.relative_to(ROOT.parent)}:{line}: {room} -> {target}")
+    assert violations == []
+
+
+def test_room_scanner_resolves_relative_and_absolute_imports(tmp_path: Path) -> None:
+    sample = ROOT / "spark" / "example.py"
+    tree = ast.parse(
+        "from ..wal.export import q\n"
+        "from ..core import delta\n"
+        "from . import layout\n"
+        "import lakesync_platform.sync.plan\n"
+        "from lakesync_platform.settings import DataLayout\n"
+    )
+    assert [t for _, t in _package_targets(sample, tree)] == [
+        "wal.export",
+        "core",
+        "spark",
+        "sync.plan",
+        "settings",
+    ]
+
+
+# ---------------------------------------------------------------- no launching by string
+
+_SOURCE_DIRS = ("lakesync_platform", "gateway", "assets", "sensors", "resources", "benchmarks")
+_IMPORT_STRING = re.compile(r"^(lakesync_platform|gateway|assets|sensors|resources)(\.\w+)*:\w+$")
+
+
+def _launch_by_string(tree: ast.AST) -> list[tuple[int, str]]:
+    """Import strings of our packages (``"gateway.asgi:app"``) and server calls (``run``,
+    ``Config``) whose app is given as a string."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _IMPORT_STRING.match(node.value):
+                found.append((node.lineno, node.value))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("run", "Config")
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "uvicorn"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, f"uvicorn.{node.func.attr}({node.args[0].value!r})"))
+    return found
+
+
+def test_nothing_is_launched_by_import_string() -> None:
+    """Apps are built by calling their factory with a settings object (``create_app(settings)``),
+    never named as ``"module:attr"`` for a server to import with settings in the environment."""
+    violations = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {what}"
+        for folder in _SOURCE_DIRS
+        for path in sorted((ROOT.parent / folder).rglob("*.py"))
+        for line, what in _launch_by_string(ast.parse(path.read_text("utf-8")))
+    ]
+    assert violations == []
+
+
+def test_launch_scanner_sees_import_strings_and_factories() -> None:
+    tree = ast.parse(
+        'uvicorn.run("gateway.asgi:app", factory=True)\n'
+        'uvicorn.Config("app", port=1)\n'
+        "uvicorn.Config(functools.partial(make, settings), factory=True)\n"
+        'print("a:b", "x.y")\n'
+    )
+    assert sorted(w for _, w in _launch_by_string(tree)) == [
+        "gateway.asgi:app",
+        "uvicorn.Config('app')",
+        "uvicorn.run('gateway.asgi:app')",
+    ]
+
+
+# ---------------------------------------------------------------- the applications
+
+
+def _top_level_imports(folder: str) -> dict[str, set[str]]:
+    """Top-level package names each module of ``folder`` (a sibling of the package) imports."""
+    return {
+        path.name: {name.split(".")[0] for _, name in _imported_names(ast.parse(path.read_text()))}
+        for path in sorted((ROOT.parent / folder).rglob("*.py"))
+    }
+
+
+def test_sensors_and_assets_share_through_resources_not_each_other() -> None:
+    assert all("assets" not in names for names in _top_level_imports("sensors").values())
+    # Only the code location's Definitions composes the two.
+    composing = {f for f, names in _top_level_imports("assets").items() if "sensors" in names}
+    assert composing == {"definitions.py"}
+    for names in _top_level_imports("resources").values():
+        assert not {"assets", "sensors", "gateway"} & names
+
+
+def test_gateway_never_imports_the_pipeline_apps() -> None:
+    for module, names in _top_level_imports("gateway").items():
+        assert not {"assets", "sensors", "resources", "dagster", "pyspark"} & names, module

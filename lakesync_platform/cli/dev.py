@@ -30,9 +30,10 @@ from typing import Any
 
 import httpx
 
-from ..core.delta import DELETE, UPDATE, ColumnDelta
+from ..core.delta import DELETE, UPDATE, ColumnDelta, RowDelta
 from ..core.hlc import HLC
 from ..core.ids import delta_id
+from ..core.wire import delta_to_wire
 from ..settings import (
     ENV_BACKLOG_AGE_SECONDS,
     ENV_BACKLOG_BYTES,
@@ -41,23 +42,11 @@ from ..settings import (
     ENV_WAL_URL,
     DataLayout,
 )
+from ..testing import DEMO_GATEWAY, DEMO_TODOS, GatewayProcess, demo_declarations_yaml
 
-__all__ = ["DEMO_GATEWAY", "DEMO_SCHEMA", "DevStack", "DevStackSettings", "demo_defs_yaml"]
+__all__ = ["DevStack", "DevStackSettings"]
 
 log = logging.getLogger(__name__)
-
-DEMO_GATEWAY = "demo"
-DEMO_SCHEMA: dict[str, Any] = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "completed", "type": "boolean"},
-        {"name": "priority", "type": "number"},
-        {"name": "tags", "type": "json"},
-    ],
-    "softDelete": True,
-}
-
 
 DAGSTER_YAML = """\
 # Written by `lakesync dev`: one sync run per gateway at a time.
@@ -69,26 +58,6 @@ concurrency:
           applyLimitPerUniqueValue: true
         limit: 1
 """
-
-
-def demo_defs_yaml() -> str:
-    """The declarations file of the demo (same content as the repository's ``defs/todos.yaml``)."""
-    return (
-        "gateway: demo\n"
-        "tables:\n"
-        "  - table: todos\n"
-        "    columns:\n"
-        "      - {name: title, type: string}\n"
-        "      - {name: completed, type: boolean}\n"
-        "      - {name: priority, type: number}\n"
-        "      - {name: tags, type: json}\n"
-        "    softDelete: true\n"
-        "destinations:\n"
-        "  - name: local\n"
-        "    kind: sqlite\n"
-        f'    url: "sqlite:///${{{ENV_DATA_DIR}}}/destination.db"\n'
-        "    tables: [todos]\n"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,15 +86,14 @@ class DemoClient:
 
     def _delta(self, op: str, row_id: str, columns: Sequence[ColumnDelta]) -> dict[str, Any]:
         hlc = self.hlc.now()
-        return {
-            "op": op,
-            "table": "todos",
-            "rowId": row_id,
-            "clientId": self.client_id,
-            "columns": [{"column": c.column, "value": c.value} for c in columns],
-            "hlc": str(hlc),
-            "deltaId": delta_id(self.client_id, hlc, "todos", row_id, columns),
-        }
+        cols = tuple(columns)
+        table = DEMO_TODOS["table"]
+        return delta_to_wire(
+            RowDelta(
+                op, table, row_id, self.client_id, cols, hlc,
+                delta_id(self.client_id, hlc, table, row_id, cols),
+            )
+        )  # fmt: skip
 
     def step(self, http: httpx.Client) -> None:
         """Push one random insert/update/delete."""
@@ -145,20 +113,6 @@ class DemoClient:
         body = {"clientId": self.client_id, "deltas": [delta], "lastSeenHlc": "0"}
         response = http.post(f"{self.base_url}/v1/sync/{DEMO_GATEWAY}/push", json=body)
         response.raise_for_status()
-
-
-def _wait_http(url: str, timeout_s: float, alive: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not alive():
-            raise RuntimeError(f"process serving {url} exited during start-up")
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
 
 
 class DevStack:
@@ -184,7 +138,7 @@ class DevStack:
         folder.mkdir(parents=True, exist_ok=True)
         demo = folder / "todos.yaml"
         if not demo.exists():
-            demo.write_text(demo_defs_yaml())
+            demo.write_text(demo_declarations_yaml())
         return folder
 
     def _spawn(self, name: str, cmd: list[str], env: Mapping[str, str], cwd: Path) -> None:
@@ -220,28 +174,21 @@ class DevStack:
             "PYTHONUNBUFFERED": "1",
         }
         echo(f"gateway   → {self.gateway_url}   (log {data / 'gateway.log'})")
-        self._spawn(
-            "gateway",
-            [
-                sys.executable,
-                "-m",
-                "lakesync_platform.cli",
-                "gateway",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(s.gateway_port),
-                "--data-dir",
-                str(data),
-                "--no-auth",
-            ],
-            env,
-            s.workspace.parent,
+        gateway = GatewayProcess(
+            data,
+            secret=None,
+            port=s.gateway_port,
+            env=env,
+            cwd=s.workspace.parent,
+            log_path=data / "gateway.log",
         )
-        gateway = self.procs[-1][1]
-        _wait_http(f"{self.gateway_url}/health", 60, lambda: gateway.poll() is None)
+        try:
+            gateway.start(timeout=60)
+        finally:
+            if gateway.proc is not None:
+                self.procs.append(("gateway", gateway.proc))
         httpx.post(
-            f"{self.gateway_url}/v1/admin/schema/{DEMO_GATEWAY}", json=DEMO_SCHEMA, timeout=10
+            f"{self.gateway_url}/v1/admin/schema/{DEMO_GATEWAY}", json=DEMO_TODOS, timeout=10
         ).raise_for_status()
         dagster_bin = Path(sys.executable).with_name("dagster")
         dagster_cmd = (

@@ -220,31 +220,3 @@ def test_failure_sensor_marks_a_failed_runs_requests_among_many(
     ]
     assert marked.status == "failed" and "boom" in (marked.detail or "")
     assert len(wal.flush_requests(gw, "succeeded", 1_000)) == 120  # the others stay as they were
-
-
-def test_sensors_and_assets_share_through_resources_not_each_other() -> None:
-    import ast
-
-    root = Path(__file__).resolve().parents[2]
-
-    def imports(folder: str) -> dict[str, set[str]]:
-        found: dict[str, set[str]] = {}
-        for path in sorted((root / folder).glob("*.py")):
-            tree = ast.parse(path.read_text("utf-8"))
-            names = {
-                alias.name.split(".")[0]
-                for node in ast.walk(tree)
-                if isinstance(node, ast.Import)
-                for alias in node.names
-            } | {
-                node.module.split(".")[0]
-                for node in ast.walk(tree)
-                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-            }
-            found[path.name] = names
-        return found
-
-    assert all("assets" not in names for names in imports("sensors").values())
-    # Only the code location's Definitions composes the two.
-    assert {f for f, names in imports("assets").items() if "sensors" in names} == {"definitions.py"}
-    assert all(not {"assets", "sensors"} & names for names in imports("resources").values())
