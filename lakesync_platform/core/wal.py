@@ -347,6 +347,10 @@ class WalStore(Protocol):
         """Flush requests, newest last, filtered by gateway and status."""
         ...
 
+    def recent_flush_requests(self, gw: str, limit: int) -> list[FlushRequest]:
+        """The newest ``limit`` flush requests of ``gw`` whatever their status, newest last."""
+        ...
+
     def update_flush_request(
         self, request_id: str, status: str, detail: str | None, now_ms: int
     ) -> None:

@@ -65,10 +65,8 @@ class AdminStore(Protocol):
         """Queue a flush of ``gw``."""
         ...
 
-    def flush_requests(
-        self, gw: str | None = None, status: str | None = "pending", limit: int = 100
-    ) -> list[FlushRequest]:
-        """Flush requests, filtered by gateway and status."""
+    def recent_flush_requests(self, gw: str, limit: int) -> list[FlushRequest]:
+        """The newest ``limit`` flush requests of ``gw`` whatever their status, newest last."""
         ...
 
 
@@ -109,11 +107,11 @@ class GatewayAdmin:
         return out
 
     def status(self, gw: str) -> GatewayStatus:
-        """Counters, backlog age and the first :data:`RECENT_FLUSH_REQUESTS` flush requests."""
+        """Counters, backlog age and the newest :data:`RECENT_FLUSH_REQUESTS` flush requests."""
         return GatewayStatus(
             self._store.stats(gw),
             self._store.oldest_unflushed_ms(gw),
-            self._store.flush_requests(gw, status=None, limit=RECENT_FLUSH_REQUESTS),
+            self._store.recent_flush_requests(gw, RECENT_FLUSH_REQUESTS),
         )
 
     def schemas(self, gw: str) -> list[VersionedSchema]:

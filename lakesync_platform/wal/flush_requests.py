@@ -46,6 +46,18 @@ class SqlFlushRequests(SqlDatabase):
             result = conn.execute(query.order_by(c.requested_ms, c.request_id).limit(limit))
             return [FlushRequest(*row) for row in result]
 
+    def recent_flush_requests(self, gw: str, limit: int) -> list[FlushRequest]:
+        """The newest ``limit`` flush requests of ``gw`` whatever their status, newest last."""
+        c = t.flush_requests.c
+        query = (
+            select(c.request_id, c.gateway_id, c.requested_ms, c.status, c.detail, c.updated_ms)
+            .where(c.gateway_id == gw)
+            .order_by(c.requested_ms.desc(), c.request_id.desc())
+            .limit(limit)
+        )
+        with self.read() as conn:
+            return [FlushRequest(*row) for row in reversed(conn.execute(query).all())]
+
     def update_flush_request(
         self, request_id: str, status: str, detail: str | None, now_ms: int
     ) -> None:

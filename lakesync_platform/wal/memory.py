@@ -341,6 +341,13 @@ class MemoryWal:
             ]
         return sorted(found, key=lambda r: (r.requested_ms, r.request_id))[:limit]
 
+    def recent_flush_requests(self, gw: str, limit: int) -> list[FlushRequest]:
+        """The newest ``limit`` flush requests of ``gw`` whatever their status, newest last."""
+        with self._lock:
+            found = [r for r in self._flush_requests.values() if r.gateway_id == gw]
+        ordered = sorted(found, key=lambda r: (r.requested_ms, r.request_id))
+        return ordered[-limit:] if limit > 0 else []
+
     def update_flush_request(
         self, request_id: str, status: str, detail: str | None, now_ms: int
     ) -> None:

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from lakesync_platform.testing import free_port
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _post_json(url: str, body: dict[str, object]) -> dict[str, object]:
@@ -34,7 +29,7 @@ def _post_json(url: str, body: dict[str, object]) -> dict[str, object]:
 
 @pytest.mark.slow
 def test_dagster_dev_serves_the_assets(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     home = tmp_path / "dagster"
     home.mkdir()
     env = {

@@ -230,6 +230,16 @@ def test_flush_requests_lifecycle(store: WalStore, gw: str) -> None:
     assert (done.status, done.detail, done.updated_ms) == ("succeeded", "flushed 10 entries", 9)
 
 
+def test_recent_flush_requests_are_the_newest(store: WalStore, gw: str) -> None:
+    made = [store.request_flush(gw, now_ms=ms) for ms in range(1, 26)]
+    store.request_flush(gw + "_other", now_ms=100)
+    store.update_flush_request(made[-1].request_id, "failed", "boom", now_ms=30)
+    recent = store.recent_flush_requests(gw, 20)
+    assert [r.requested_ms for r in recent] == list(range(6, 26))
+    assert recent[-1].status == "failed"
+    assert store.recent_flush_requests(gw, 0) == []
+
+
 def test_row_states_reflect_the_merge(store: WalStore, gw: str) -> None:
     service = SyncService(store, clock=lambda: BASE_MS)
     service.push(
