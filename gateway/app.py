@@ -26,7 +26,7 @@ from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
-from .ratelimit import RateLimiter
+from .ratelimit import CallerRateLimit
 from .state import GatewayServices, GatewayState, Offload
 
 __all__ = ["create_app"]
@@ -51,7 +51,7 @@ def create_app(
     def startup(app: Litestar) -> None:
         store = wal or WriteAheadLog.open(settings.wal_url, now_ms=wall())
         limiter = (
-            RateLimiter(settings.rate_limit, settings.rate_window_s)
+            CallerRateLimit(settings.rate_limit, settings.rate_window_s)
             if settings.rate_limit
             else None
         )

@@ -2,9 +2,10 @@
 
 Authentication runs as a Litestar guard before any handler: :func:`client_guard` on the sync
 routes, :func:`admin_guard` on the admin routes. A guard checks the path's gateway id (400 before
-anything else), verifies the token against the app's injected clock, checks the role, applies the
-optional rate limit, and leaves the caller's :class:`Identity` as the connection's ``user``
-(``request.user`` in handlers). The guards are
+anything else), verifies the token against the app's injected clock (with the configured
+leeway), checks the role, applies the optional rate limit to the verified caller (its token's
+``sub``, or its address when auth is off; see ``gateway/ratelimit.py``), and leaves the caller's
+:class:`Identity` as the connection's ``user`` (``request.user`` in handlers). The guards are
 coroutines so that Litestar runs them on the event loop, not on a worker thread.
 """
 
@@ -62,12 +63,22 @@ def authenticate(
     match = _BEARER.match(authorization)
     if match is None:
         raise AuthError("Missing Bearer token")
-    claims = verify_token(match.group(1), settings.jwt_secrets, now_s=now_s)
+    claims = verify_token(
+        match.group(1), settings.jwt_secrets, now_s=now_s, leeway_s=settings.jwt_leeway_s
+    )
     if claims.gw != gw:
         raise AuthError("Gateway ID mismatch: JWT authorises a different gateway", http_status=403)
     if admin and claims.role != "admin":
         raise AuthError("Admin role required", http_status=403)
     return Identity(claims.sub, claims.role, dict(claims.claims))
+
+
+def _caller(connection: ASGIConnection[Any, Any, Any, Any], identity: Identity) -> str:
+    """The rate limit's key: the verified token's subject, else the remote address."""
+    if identity.client_id is not None:
+        return "sub:" + identity.client_id
+    client = connection.client
+    return "addr:" + (client.host if client else "unknown")
 
 
 def _guard(
@@ -83,7 +94,8 @@ def _guard(
             state.clock() // 1000,
             admin=admin,
         )
-        state.rate_limit(connection, identity.client_id)
+        if state.limiter is not None:
+            state.limiter.check(_caller(connection, identity))
     except LakeSyncError:
         if handler.opt.get(COUNTS_PUSH):
             state.services.metrics.observe_push("error", (time.perf_counter() - started) * 1000)

@@ -1,4 +1,4 @@
-"""What the running app holds: settings, the WAL, the services routes use, the rate limiter."""
+"""What the running app holds: settings, the WAL, the services routes use, the rate limit."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics
-from .ratelimit import RateLimiter
+from .ratelimit import CallerRateLimit
 
 __all__ = ["GatewayServices", "GatewayState", "Offload", "gateway_state"]
 
@@ -65,17 +65,8 @@ class GatewayState:
     settings: GatewaySettings
     wal: WriteAheadLog
     services: GatewayServices
-    limiter: RateLimiter | None
+    limiter: CallerRateLimit | None
     clock: Callable[[], int]
-
-    def rate_limit(
-        self, connection: ASGIConnection[Any, Any, Any, Any], subject: str | None
-    ) -> None:
-        """Apply the optional rate limit to this caller (its token subject, else its address)."""
-        if self.limiter is None:
-            return
-        client = connection.client
-        self.limiter.check(subject or (client.host if client else "unknown"))
 
 
 def gateway_state(connection: ASGIConnection[Any, Any, Any, Any]) -> GatewayState:

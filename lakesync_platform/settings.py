@@ -129,12 +129,16 @@ class DataLayout:
 class GatewaySettings:
     """Everything the gateway process is configured with.
 
-    ``jwt_secrets`` are tried in order (primary first, then previous ones during rotation).
-    Auth is on unless ``auth_enabled`` is explicitly false (local development only).
+    ``jwt_secrets`` are tried in order (primary first, then previous ones during rotation); a
+    token is accepted until ``exp`` plus ``jwt_leeway_s`` seconds of clock skew (0, the
+    reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
+    development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
+    set.
     """
 
     wal_url: str
     jwt_secrets: tuple[str, ...] = ()
+    jwt_leeway_s: int = 0
     auth_enabled: bool = True
     max_backlog_bytes: int | None = None
     rate_limit: int | None = None

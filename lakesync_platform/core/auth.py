@@ -144,22 +144,31 @@ def _decode_segment(segment: str, what: str) -> bytes:
 
 
 def _check_header(header_b64: str) -> None:
+    if header_b64 == HEADER_B64:  # the header every issuer writes; anything else is parsed
+        return
     header = _parse_json(_decode_segment(header_b64, "header"))
     if not isinstance(header, dict) or header.get("alg") != "HS256" or header.get("typ") != "JWT":
         raise AuthError(_UNSUPPORTED)
 
 
 def _verified(token: str, keys: Sequence[OctKey]) -> CompactSignature:
-    """The token's JWS once a key verifies its signature (keys tried in order)."""
+    """The token's JWS once a key verifies its signature (keys tried in order).
+
+    Called once the header passed :func:`_check_header`; when joserfc refuses a segment, the
+    reference's message is found by decoding the segments in the reference's order.
+    """
+    _, payload_b64, signature_b64 = token.split(".")
     try:
         signed = extract_compact(token.encode("utf-8"), registry=_HS256_ONLY)
-    except JoseError:  # a header only joserfc's stricter JSON decoding refuses
-        raise AuthError(_UNSUPPORTED) from None
-    try:
         if any(validate_compact(signed, key, registry=_HS256_ONLY) for key in keys):
             return signed
-    except JoseError:  # a registered header member of the wrong type (e.g. a numeric "kid")
+    except JoseError:
+        _decode_segment(signature_b64, "signature")
+        _decode_segment(payload_b64, "payload")
+        # a header only joserfc's stricter JSON decoding refuses, or a registered header
+        # member of the wrong type (e.g. a numeric "kid")
         raise AuthError(_UNSUPPORTED) from None
+    _decode_segment(signature_b64, "signature")
     raise AuthError("Invalid JWT signature")
 
 
@@ -202,10 +211,7 @@ def verify_token(
     if isinstance(secrets, str) or not secrets:
         raise ValueError("verify_token needs a non-empty sequence of secrets")
     keys = [_key(secret) for secret in secrets]
-    header_b64, payload_b64, signature_b64 = _split(token)
-    _check_header(header_b64)
-    _decode_segment(signature_b64, "signature")
-    _decode_segment(payload_b64, "payload")
+    _check_header(_split(token)[0])
     signed = _verified(token, keys)
 
     payload = _parse_json(signed.payload)

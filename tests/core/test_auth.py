@@ -283,3 +283,53 @@ def test_garbage_segments_only_raise_auth_error(
     token = craft(header, payload) if sign else f"{b64(header)}.{b64(payload)}.{b64(signature)}"
     with contextlib.suppress(AuthError):  # anything else fails the test
         verify_token(token, [SECRET], now_s=NOW)
+
+
+@pytest.mark.parametrize(
+    ("alg", "digest"),
+    [("HS384", hashlib.sha384), ("HS512", hashlib.sha512), ("RS256", hashlib.sha256)],
+)
+def test_other_algorithms_are_rejected_even_when_correctly_signed(alg: str, digest: Any) -> None:
+    header = b64(json.dumps({"alg": alg, "typ": "JWT"}).encode())
+    payload = b64(json.dumps({"sub": "a", "gw": "g", "exp": NOW + 60}).encode())
+    sig = hmac.new(SECRET.encode(), f"{header}.{payload}".encode(), digest).digest()
+    rejects(f"{header}.{payload}.{b64(sig)}", UNSUPPORTED)
+
+
+def test_alg_none_with_any_signature_is_rejected() -> None:
+    none_header = b64(b'{"alg":"none","typ":"JWT"}')
+    payload = b64(json.dumps({"sub": "a", "gw": "g", "exp": NOW + 60}).encode())
+    signature = claims_token().split(".")[2]
+    rejects(f"{none_header}.{payload}.{signature}", UNSUPPORTED)
+
+
+def test_missing_exp() -> None:
+    rejects(
+        craft(HS256, json.dumps({"sub": "s", "gw": "g"}).encode()),
+        'Missing or invalid "exp" claim (expiry)',
+    )
+
+
+def test_rotation_accepts_a_previous_secret_only_while_it_is_listed() -> None:
+    token = claims_token(secret=OLD_SECRET)
+    assert verify_token(token, ["newest", SECRET, OLD_SECRET], now_s=NOW).sub == "client-a"
+    rejects(token, "Invalid JWT signature", ["newest", SECRET])
+
+
+def test_leeway_edge() -> None:
+    def verify(exp: int, leeway_s: int) -> TokenClaims:
+        return verify_token(claims_token(exp=exp), [SECRET], now_s=NOW, leeway_s=leeway_s)
+
+    assert verify(NOW - 4, 5).exp == NOW - 4  # within the leeway
+    with pytest.raises(AuthError, match="JWT has expired"):
+        verify(NOW - 5, 5)  # exp <= now - leeway
+    with pytest.raises(AuthError, match="JWT has expired"):
+        verify(NOW, 0)  # the reference's rule: exp <= now
+
+
+def test_expiry_uses_the_injected_clock_not_the_real_one() -> None:
+    token = claims_token(exp=NOW + 60)  # expired in real time since November 2023
+    assert verify_token(token, [SECRET], now_s=NOW).exp == NOW + 60
+    assert verify_token(token, [SECRET], now_s=NOW + 59).exp == NOW + 60
+    with pytest.raises(AuthError, match="JWT has expired"):
+        verify_token(token, [SECRET], now_s=NOW + 60)
