@@ -178,11 +178,12 @@ class GatewayProcess:
         return [*args, *self.extra_args]
 
     def start(self, timeout: float = 60.0) -> GatewayProcess:
-        """Start the process and wait until ``/ready`` answers 200 (with several workers, until
-        it answered twice per worker, so the others have finished starting too)."""
+        """Start the process and wait until ``/ready`` answers 200 and, with several workers,
+        every worker has logged that its app is ready."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self.log_path is None:
             self.log_path = self.data_dir / f"gateway-{self.port}.log"
+        log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         env = {k: v for k, v in os.environ.items() if not k.startswith("LAKESYNC_")}
         env.update(self.env)
         with open(self.log_path, "ab") as log:
@@ -195,20 +196,25 @@ class GatewayProcess:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        needed = 1 if self.workers == 1 else 2 * self.workers
-        hits = 0
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"gateway exited:\n{self.log_tail()}")
             try:
-                if self.request("GET", "/ready", timeout=2)[0] == 200:
-                    hits += 1
-                    if hits >= needed:
-                        return self
+                if self.request("GET", "/ready", timeout=2)[0] == 200 and (
+                    self.workers == 1 or self._apps_ready(log_start) >= self.workers
+                ):
+                    return self
             except OSError:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"gateway did not become ready:\n{self.log_tail()}")
+
+    def _apps_ready(self, log_start: int) -> int:
+        """How many worker apps logged ``gateway ready`` since this start."""
+        assert self.log_path is not None
+        with open(self.log_path, "rb") as log:
+            log.seek(log_start)
+            return log.read().count(b"gateway ready")
 
     def request(
         self,
