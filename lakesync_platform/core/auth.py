@@ -62,8 +62,11 @@ _UNSUPPORTED: Final = 'Unsupported JWT: header must be {"alg":"HS256","typ":"JWT
 _EXP_INVALID: Final = 'Missing or invalid "exp" claim (expiry)'
 
 _HS256_ONLY: Final = JWSRegistry(algorithms=["HS256"], strict_check_header=False)
-"""Knows HS256 alone; other header members are ignored, as the reference ignores them."""
-_HS256_ONLY.max_header_length = _HS256_ONLY.max_payload_length = MAX_TOKEN_LENGTH
+"""Knows HS256 alone; other header members are ignored, as the reference ignores them. The
+token's length is bounded by ``MAX_TOKEN_LENGTH`` alone (joserfc's per-segment limits lifted)."""
+_HS256_ONLY.max_header_length = MAX_TOKEN_LENGTH
+_HS256_ONLY.max_payload_length = MAX_TOKEN_LENGTH
+_HS256_ONLY.max_signature_length = MAX_TOKEN_LENGTH
 
 
 @dataclass(frozen=True, slots=True)

@@ -333,3 +333,11 @@ def test_expiry_uses_the_injected_clock_not_the_real_one() -> None:
     assert verify_token(token, [SECRET], now_s=NOW + 59).exp == NOW + 60
     with pytest.raises(AuthError, match="JWT has expired"):
         verify_token(token, [SECRET], now_s=NOW + 60)
+
+
+def test_long_segments_are_bounded_by_the_token_length_only() -> None:
+    header = b64(json.dumps({"alg": "HS256", "typ": "JWT", "pad": "x" * 1000}).encode())
+    payload = b64(json.dumps({"sub": "a", "gw": "g", "exp": NOW + 60}).encode())
+    sig = hmac.new(SECRET.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
+    assert verify_token(f"{header}.{payload}.{b64(sig)}", [SECRET], now_s=NOW).sub == "a"
+    rejects(f"{header}.{payload}.{b64(sig * 100)}", "Invalid JWT signature")
