@@ -37,7 +37,7 @@ FORBIDDEN_IN_CORE = (
     "threading",
     "subprocess",
 )
-# The stdlib modules core uses (json, hashlib, base64, re, struct, unicodedata, dataclasses,
+# The stdlib modules core uses (json, hashlib, binascii, re, struct, unicodedata, dataclasses,
 # functools) load none of the above. Note that `_thread` (the C module) is not `threading` and is
 # loaded by the interpreter itself.
 
@@ -51,9 +51,9 @@ CORE_LIBRARY_SIDE_LOADS = ("socket",)
 ``cryptography``, whose ``x509.general_name`` imports the stdlib ``email.utils`` (for
 ``parseaddr``), which imports ``socket``; no network code is loaded or run. Measured with
 ``python -X importtime``. (PyJWT was not taken for this reason: ``import jwt`` loads its JWKS HTTP
-client — ``urllib.request``, ``http``, ``ssl``, ``socket``, ``threading``.) Core's own imports
-of these modules are checked statically instead (``test_core_imports_only_the_stdlib_and_its_
-libraries``)."""
+client — ``urllib.request``, ``http``, ``ssl``, ``socket``, ``threading``.) That core's own
+sources import none of them is checked statically:
+``test_core_imports_only_the_stdlib_and_its_libraries``."""
 
 FORBIDDEN_IN_PACKAGE = ("gateway", "assets", "sensors", "litestar", "dagster")
 LAZY_EDGE_IMPORTS = {"cli/gateway.py": ("gateway",)}
