@@ -5,26 +5,36 @@ parameter, the pull's query parameters, the request bodies the handlers decode t
 error responses of each route — and the config: the document is served at ``/v1/openapi.json``
 (by the meta controller) and Litestar's Swagger UI at ``/v1/docs``.
 
-Two Litestar rules shape it. A request body is documented only for a ``data`` parameter, which
-Litestar would then decode; the sync and admin routes decode their raw bodies with the core
-codecs (their speed and their protocol error messages), so :func:`request_body` declares the
-body on a dependency that no handler asks for: schema generation reads it, no request resolves
-it. And a parameter Litestar is told is required it also enforces, with its own error message;
-the pull's ``since`` and ``clientId`` keep the protocol's message, so they are typed optional
-for the handler and documented required (``QueryParameter(required=True)`` on an optional type).
+The sync and admin handlers read their raw bodies and query strings themselves: the core codecs
+decode them (their speed, and their error messages, which are the protocol's), and a repeated
+query parameter counts by its first value, as in the reference. Litestar documents a request
+body only for a ``data`` parameter and query parameters only for handler parameters, and would
+then parse them itself; so :func:`request_body` declares the body on a dependency no handler asks
+for (schema generation reads it, no request resolves it), and :func:`query_parameters` adds the
+pull's query parameters to its documented operation (``operation_class``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Annotated, Any
 
 from litestar.di import Provide
+from litestar.enums import ParamType
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityRequirement, SecurityScheme
-from litestar.params import PathParameter, QueryParameter
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIType,
+    Operation,
+    Parameter,
+    Schema,
+    SecurityRequirement,
+    SecurityScheme,
+)
+from litestar.params import PathParameter
 from litestar.types import Method
 
 from lakesync_platform.core.errors import ERRORS_BY_CODE, AuthError, LakeSyncError, SchemaError
@@ -35,14 +45,11 @@ from .bodies import HLC_PATTERN, ErrorBody
 
 __all__ = [
     "BEARER",
-    "ClientIdQuery",
-    "FormatQuery",
+    "PULL_QUERY",
     "GatewayId",
-    "LimitQuery",
-    "SinceQuery",
-    "SourceQuery",
     "errors",
     "openapi_config",
+    "query_parameters",
     "request_body",
     "response",
 ]
@@ -64,65 +71,60 @@ GatewayId = Annotated[
 """The ``{gw}`` path parameter (``lakesync_platform.core.identifiers``; the guards check it)."""
 
 
-def _query(name: str, description: str, *, required: bool = False, **schema: Any) -> Any:
-    """A query parameter the handler reads as an optional string, documented as ``schema``."""
-    return QueryParameter(
+def _query(name: str, description: str, schema: Schema, *, required: bool = False) -> Parameter:
+    return Parameter(
         name=name,
-        required=required or None,
+        param_in=ParamType.QUERY,
+        schema=schema,
         description=description,
-        schema_extra={"one_of": None, **schema},
+        required=required,
     )
 
 
-SinceQuery = Annotated[
-    str | None,
+PULL_QUERY = (
     _query(
         "since",
         "The cursor: deltas after this HLC (protocol v1 also reads it as JavaScript's BigInt():"
         " blank is 0, 0x-prefixed is hex, negative is 0)",
+        Schema(type=OpenAPIType.STRING, pattern=HLC_PATTERN),
         required=True,
-        type="string",
-        pattern=HLC_PATTERN,
     ),
-]
-ClientIdQuery = Annotated[
-    str | None,
     _query(
         "clientId",
         "The pulling client (its token's sub unless the token is an admin's)",
+        Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_ID_LENGTH),
         required=True,
-        type="string",
-        min_length=1,
-        max_length=MAX_ID_LENGTH,
     ),
-]
-LimitQuery = Annotated[
-    str | None,
     _query(
         "limit",
         "Page size, default 100, clamped to 10000 (read as JavaScript's parseInt(): 10abc is 10)",
-        type="integer",
-        minimum=1,
+        Schema(type=OpenAPIType.INTEGER, minimum=1),
     ),
-]
-FormatQuery = Annotated[
-    str | None,
     _query(
         "format",
         "stamped: one delta per row, every column with its stamp; blank or absent: as the"
         " reference gateway pulls",
-        type="string",
-        enum=["stamped", ""],
+        Schema(type=OpenAPIType.STRING, enum=["stamped", ""]),
     ),
-]
-SourceQuery = Annotated[
-    str | None,
     _query(
         "source",
         "A source adapter to pull from: none is configured, so any non-empty value is 404",
-        type="string",
+        Schema(type=OpenAPIType.STRING),
     ),
-]
+)
+"""The pull's query parameters (PROTOCOL.md §4.3), as the pull handler reads them."""
+
+
+def query_parameters(*parameters: Parameter) -> type[Operation]:
+    """``operation_class=`` that adds the query ``parameters`` (read by the handler itself) to
+    the route's documented operation."""
+
+    @dataclass
+    class WithQuery(Operation):
+        def __post_init__(self) -> None:
+            self.parameters = [*(self.parameters or []), *parameters]
+
+    return WithQuery
 
 
 def request_body(struct: type[Any]) -> dict[str, Provide]:

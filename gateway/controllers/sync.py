@@ -15,13 +15,10 @@ from ..auth import COUNTS_PUSH, Identity, client_guard
 from ..bodies import PullPageBody, PullResponse, PushRequest, PushResponse
 from ..openapi import (
     BEARER,
-    ClientIdQuery,
-    FormatQuery,
+    PULL_QUERY,
     GatewayId,
-    LimitQuery,
-    SinceQuery,
-    SourceQuery,
     errors,
+    query_parameters,
     request_body,
     response,
 )
@@ -89,6 +86,7 @@ class SyncController(Controller):
 
     @get(
         "/pull",
+        operation_class=query_parameters(*PULL_QUERY),
         responses={
             200: response(PullPageBody, "One page"),
             **errors(400, 401, 403, 404, 429, 503, 504),
@@ -99,20 +97,19 @@ class SyncController(Controller):
         request: Request[Identity, Any, Any],
         gw: GatewayId,
         services: NamedDependency[GatewayServices],
-        since_raw: SinceQuery = None,
-        client_id: ClientIdQuery = None,
-        limit_raw: LimitQuery = None,
-        source: SourceQuery = None,
-        fmt: FormatQuery = None,
     ) -> Response[bytes]:
         """Pull rows changed after ``since``, filtered by the caller's view."""
         identity = request.user
+        params = request.query_params
+        client_id = params.get("clientId")
+        since_raw = params.get("since")
         if not since_raw or not client_id:
             raise ValidationError("Missing required query params: since, clientId")
         since = parse_since(since_raw)
         if len(client_id) > _MAX_CLIENT_ID:
             raise ValidationError(f"clientId is longer than {_MAX_CLIENT_ID} characters")
-        limit = parse_pull_limit(limit_raw)
+        limit = parse_pull_limit(params.get("limit"))
+        source = params.get("source")
         if source:
             raise NotFoundError(f'Source adapter "{source}" not found')
         if (
@@ -123,6 +120,7 @@ class SyncController(Controller):
             raise ForbiddenError(
                 "Client ID mismatch: pull clientId does not match authenticated identity"
             )
+        fmt = params.get("format")
         if fmt not in (None, "", "stamped"):
             raise ValidationError("Invalid 'format' parameter — must be 'stamped' or absent")
         page = await services.offload(
