@@ -15,7 +15,9 @@ here). Malformed UTF-8 in a string field is rejected (proto3 requires valid UTF-
 wire type (an ``hlc`` sent as a varint) among the unknown fields; such a message is rejected
 here too: after parsing, unknown fields are dropped and the message re-measured, and when its
 size is not the input's, :func:`_wire_problem` walks the input and names the offending field.
-The same walk names the reason when the runtime refuses a message.
+The same walk names the reason when the runtime refuses a message. As in every protobuf
+runtime, a singular message field that occurs twice is merged, and field numbers above the
+protobuf maximum (2**29 - 1) are refused.
 """
 
 from __future__ import annotations

@@ -361,6 +361,13 @@ def test_action_response_entry_oneof_last_member_wins() -> None:
     assert results == [ActionResult("a", {}, 0)]
 
 
+def test_a_message_field_sent_twice_is_merged() -> None:
+    hlc_only = b"\x0a\x09\x19" + struct.pack("<Q", 5)
+    entry = b"\x0a\x07\x0a\x01a\x12\x02{}" + hlc_only
+    results, _ = decode_action_response(b"\x0a" + bytes([len(entry)]) + entry)
+    assert results == [ActionResult("a", {}, 5)]
+
+
 # --- properties ---------------------------------------------------------------------------------
 
 texts = st.text(max_size=12)
