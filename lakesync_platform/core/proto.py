@@ -331,11 +331,15 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"invalid JSON constant {name}")
 
 
+_JSON: Final = json.JSONDecoder(parse_constant=_reject_constant)
+"""One decoder for every value (``json.loads`` with an option builds a new one per call)."""
+
+
 def _json_value(data: bytes, what: str) -> Any:
     if not data:
         raise CodecError(f"empty {what}")
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant)
+        return _JSON.decode(data.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
         raise CodecError(f"{what} is not valid JSON: {exc}") from None
 
