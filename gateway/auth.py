@@ -86,7 +86,9 @@ def _guard(
         state.rate_limit(connection, identity.client_id)
     except LakeSyncError:
         if handler.opt.get(COUNTS_PUSH):
-            state.services.metrics.observe_push("error", (time.perf_counter() - started) * 1000)
+            state.services.metrics.observe_push(
+                connection.path_params["gw"], "error", time.perf_counter() - started
+            )
         raise
     connection.scope["user"] = identity
 
