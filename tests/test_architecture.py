@@ -40,7 +40,9 @@ FORBIDDEN_IN_CORE = (
 # struct, unicodedata, dataclasses, functools) and msgspec load none of the above. Note that
 # `_thread` (the C module) is not `threading` and is loaded by the interpreter itself.
 
-FORBIDDEN_IN_PACKAGE = ("gateway", "assets", "sensors", "litestar", "dagster")
+FORBIDDEN_IN_PACKAGE = ("gateway", "assets", "sensors", "litestar", "dagster", "prometheus_client")
+"""The package never loads the edges, their frameworks, or the gateway's metrics library (the WAL
+reports group commits to an observer the gateway passes in)."""
 LAZY_EDGE_IMPORTS = {"cli/gateway.py": ("gateway",)}
 """The CLI is a process edge like the gateway: its ``gateway`` command may load the app, but only
 inside the command (never when the package is imported)."""

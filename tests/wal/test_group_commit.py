@@ -92,9 +92,7 @@ def test_a_job_that_fails_alone_writes_nothing(wal: WriteAheadLog, gw: str) -> N
     assert list(ids) == [f"{gw}-y"] and runs == Counter({"x": 1, "y": 1})
 
 
-def test_the_observer_learns_the_size_of_every_committed_group(
-    wal: WriteAheadLog, gw: str
-) -> None:
+def test_the_observer_learns_the_size_of_every_committed_group(wal: WriteAheadLog, gw: str) -> None:
     sizes: list[int] = []
     committer = GroupCommitter(wal, on_commit=sizes.append)
     runs: Counter[str] = Counter()
