@@ -1,12 +1,12 @@
 """Serving the gateway: uvicorn in this process, or in N worker processes on one socket.
 
-The CLI (``lakesync gateway``) calls :func:`serve` with a :class:`GatewaySettings`; nothing is
-passed through the environment and nothing is imported by string. With ``workers > 1`` the
-parent binds the listening socket and uvicorn's process supervisor starts the workers with the
-``spawn`` method: each receives the pickled uvicorn config — whose app is
-``functools.partial(worker_app, settings)``, a factory — and the socket, builds its own app with
-:func:`worker_app` and serves on the shared socket. The supervisor restarts a worker that dies
-and stops them all on SIGINT/SIGTERM.
+The CLI (``lakesync gateway``) calls :func:`serve` with a :class:`GatewaySettings`; the settings
+are not passed through the environment and nothing is imported by string. With ``workers > 1``
+the parent binds the listening socket and uvicorn's process supervisor starts the workers with
+the ``spawn`` method: each receives the pickled uvicorn config — whose app is
+``functools.partial(worker_app, settings, metrics_dir)``, a factory — and the socket, builds its
+own app with :func:`worker_app` and serves on the shared socket. The supervisor restarts a
+worker that dies and stops them all on SIGINT/SIGTERM.
 
 Metrics of several workers use ``prometheus_client``'s multiprocess mode: the parent creates a
 fresh directory for the run, names it in ``PROMETHEUS_MULTIPROC_DIR`` before any worker starts
