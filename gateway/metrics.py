@@ -198,6 +198,7 @@ class Metrics:
         """Record one WAL group commit of ``size`` pushes (the WAL writer's observer)."""
         self._group_size.observe(size)
 
-    def render(self, backlogs: Mapping[str, tuple[int, int]]) -> bytes:
+    def render(self, backlogs: Mapping[str, tuple[int, int]]) -> str:
         """Prometheus text exposition; ``backlogs`` maps gateway id → (entries, bytes)."""
-        return generate_latest(self._exposed) + generate_latest(_Backlog(backlogs, self._label))
+        text = generate_latest(self._exposed) + generate_latest(_Backlog(backlogs, self._label))
+        return text.decode()

@@ -35,7 +35,7 @@ class MetaController(Controller):
         return json_response(Status("ready"))
 
     @get("/metrics")
-    async def prometheus(self, services: NamedDependency[GatewayServices]) -> Response[bytes]:
+    async def prometheus(self, services: NamedDependency[GatewayServices]) -> Response[str]:
         """Prometheus text exposition."""
         backlogs = await services.offload(services.admin.backlogs)
         return Response(services.metrics.render(backlogs), media_type="text/plain; version=0.0.4")

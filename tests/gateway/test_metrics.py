@@ -49,7 +49,7 @@ def test_gateway_labels_are_bounded() -> None:
     metrics.observe_push("gw_a", "error", 0.001)  # a failed push claims no name
     for gw in ("gw_b", "gw_c", "gw_d", "gw_a"):
         metrics.observe_push(gw, "ok", 0.001)
-    text = metrics.render({"gw_b": (1, 10), "gw_e": (2, 20), "gw_f": (3, 30)}).decode()
+    text = metrics.render({"gw_b": (1, 10), "gw_e": (2, 20), "gw_f": (3, 30)})
     counts = {
         label: _value(text, f'lakesync_push_duration_seconds_count{{gateway="{label}"}}')
         for label in ("gw_b", "gw_c", OTHER_GATEWAYS)
