@@ -27,6 +27,7 @@ from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
+from .openapi import openapi_config
 from .ratelimit import RateLimiter
 from .state import GatewayServices, GatewayState, Offload
 
@@ -91,7 +92,7 @@ def create_app(
         on_shutdown=[shutdown],
         exception_handlers=handlers,
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config(),
         debug=False,
     )
     # Wraps the whole app (not per route) so 301s, OPTIONS and 404s get the protocol's headers.

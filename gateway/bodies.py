@@ -1,31 +1,95 @@
-"""The JSON bodies the routes answer with, as msgspec structs (the wire contract).
+"""The JSON bodies of the routes, as msgspec structs (the wire contract and its OpenAPI schemas).
 
-Field order is key order on the wire; names are camel-cased as the protocol spells them.
-Request bodies are decoded by the core codecs (``decode_push``, ``parse_table_schema``,
-``parse_sync_rules``), whose error messages are part of the protocol.
+Response structs are what the routes encode: field order is key order on the wire, names are
+camel-cased as the protocol spells them. Request bodies are decoded by the core codecs
+(``decode_push``, ``parse_table_schema``, ``parse_sync_rules``: their speed and their error
+messages are part of the protocol), so the request structs here only describe them, for the
+OpenAPI document, with the rules those codecs enforce (patterns, lengths, enums). So does the
+pull page's struct: the page is encoded from the sync engine's delivery structs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal
 
 import msgspec
+from litestar.openapi.spec import OpenAPIType, Schema
+from msgspec import UNSET, Meta, UnsetType
 
-from lakesync_platform.core.wire import WireDelta
+from lakesync_platform.core.delta import IDENTIFIER_RE
+from lakesync_platform.core.errors import ERRORS_BY_CODE
+from lakesync_platform.core.hlc import MAX_HLC
+from lakesync_platform.core.schema import CARDINALITIES, COLUMN_TYPES
+from lakesync_platform.core.sync_rules import FILTER_OPS
+from lakesync_platform.core.wire import MAX_DELTAS_PER_PUSH, MAX_ID_LENGTH, WireDelta
 from lakesync_platform.sync.delivery import PulledDelta, StampedInsert
 
 __all__ = [
+    "HLC_PATTERN",
+    "ErrorBody",
     "FlushAccepted",
     "FlushRequestView",
     "GatewayMetricsBody",
+    "PullPageBody",
     "PullResponse",
+    "PushRequest",
     "PushResponse",
     "Saved",
     "SavedSchema",
     "SchemaList",
     "Status",
+    "SyncRulesBody",
+    "TableSchemaBody",
 ]
+
+
+def _decimal_at_most(limit: int) -> str:
+    """An anchored pattern for decimal strings of at most ``len(str(limit))`` digits whose
+    value is at most ``limit`` (leading zeros allowed, as the codec allows them)."""
+    digits = str(limit)
+    n = len(digits)
+    alternatives = [f"[0-9]{{1,{n - 1}}}"]
+    for i, digit in enumerate(digits):
+        if digit != "0":
+            alternatives.append(f"{digits[:i]}[0-{int(digit) - 1}][0-9]{{{n - 1 - i}}}")
+    alternatives.append(digits)
+    return f"^(?:{'|'.join(alternatives)})$"
+
+
+HLC_PATTERN = _decimal_at_most(MAX_HLC)
+"""An HLC on the wire: a decimal string of 1 to 20 digits, at most ``2**64 - 1``."""
+
+Hlc = Annotated[str, Meta(pattern=HLC_PATTERN, description="64-bit HLC as a decimal string")]
+Identifier = Annotated[
+    str, Meta(pattern=f"^{IDENTIFIER_RE.pattern}$", description="a safe SQL identifier")
+]
+Identifiers = Annotated[
+    list[str],
+    Meta(
+        extra_json_schema={
+            "extra": {
+                "items": Schema(type=OpenAPIType.STRING, pattern=f"^{IDENTIFIER_RE.pattern}$")
+            }
+        }
+    ),
+]
+"""A list of identifiers (the schema generator reads constraints of a field, not of its items)."""
+Id = Annotated[str, Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+NonEmpty = Annotated[str, Meta(min_length=1)]
+
+
+def _one_of(values: Iterable[str]) -> Meta:
+    """A string field's allowed values, from the constant that names them."""
+    return Meta(extra_json_schema={"extra": {"enum": list(values)}})
+
+
+class ErrorBody(msgspec.Struct, rename="camel", omit_defaults=True):
+    """The protocol's error envelope (PROTOCOL.md §4.2); ``code`` is one of the registry's."""
+
+    error: str
+    code: Annotated[str, _one_of(ERRORS_BY_CODE)]
+    request_id: str | UnsetType = UNSET
 
 
 class Status(msgspec.Struct, omit_defaults=True):
@@ -100,3 +164,139 @@ class GatewayMetricsBody(msgspec.Struct, rename="camel"):
     oldest_unflushed_ms: int | None
     flush_requests: list[FlushRequestView]
     process: dict[str, int]
+
+
+# --------------------------------------------------------------------------- described only
+
+
+class ColumnValue(msgspec.Struct):
+    """A column of a pushed delta: its name and any JSON value (``null`` included)."""
+
+    column: Identifier
+    value: Any
+
+
+class InsertDelta(msgspec.Struct, rename="camel", tag_field="op", tag="INSERT"):
+    """A pushed delta that writes columns (``op`` ``INSERT``; ``UPDATE`` has the same shape).
+
+    Column names appear once per delta; a table with a registered schema takes only its columns,
+    each of its type (else 400 and 422: rules a JSON Schema cannot state).
+    """
+
+    table: Identifier
+    row_id: Id
+    client_id: Id
+    columns: list[ColumnValue]
+    hlc: Hlc
+    delta_id: Id
+
+
+class UpdateDelta(InsertDelta, tag="UPDATE"):
+    """A pushed ``UPDATE``: the shape of an ``INSERT``."""
+
+
+class DeleteDelta(msgspec.Struct, rename="camel", tag_field="op", tag="DELETE"):
+    """A pushed ``DELETE``: it carries no columns."""
+
+    table: Identifier
+    row_id: Id
+    client_id: Id
+    columns: Annotated[list[ColumnValue], Meta(extra_json_schema={"extra": {"max_items": 0}})]
+    hlc: Hlc
+    delta_id: Id
+
+
+class PushRequest(msgspec.Struct, rename="camel"):
+    """A push: a batch of deltas from ``clientId``, accepted whole or rejected whole.
+
+    ``lastSeenHlc`` is sent by the reference client and ignored.
+    """
+
+    client_id: Id
+    deltas: Annotated[
+        list[InsertDelta | UpdateDelta | DeleteDelta], Meta(max_length=MAX_DELTAS_PER_PUSH)
+    ]
+    last_seen_hlc: Any = None
+
+
+class PulledColumnBody(msgspec.Struct, rename="camel"):
+    """A pulled column; a stamped pull adds the column's ``hlc`` and writer ``clientId``."""
+
+    column: str
+    value: Any
+    hlc: str | UnsetType = UNSET
+    client_id: str | UnsetType = UNSET
+
+
+class PulledDeltaBody(msgspec.Struct, rename="camel"):
+    """A pulled delta; a stamped pull's live rows add the row's delete stamp."""
+
+    op: Literal["INSERT", "UPDATE", "DELETE"]
+    table: str
+    row_id: str
+    client_id: str
+    columns: list[PulledColumnBody]
+    hlc: Hlc
+    delta_id: str
+    delete_hlc: str | UnsetType = UNSET
+    delete_client_id: str | UnsetType = UNSET
+
+
+class PullPageBody(msgspec.Struct, rename="camel"):
+    """One pull page (encoded as :class:`PullResponse`)."""
+
+    deltas: list[PulledDeltaBody]
+    server_hlc: Hlc
+    has_more: bool
+
+
+class ColumnReference(msgspec.Struct):
+    """A column's foreign reference."""
+
+    table: Identifier
+    column: Identifier
+    cardinality: Annotated[str, _one_of(CARDINALITIES)] | None = None
+
+
+class ColumnDeclaration(msgspec.Struct):
+    """A column of a table schema."""
+
+    name: Identifier
+    type: Annotated[str, _one_of(COLUMN_TYPES)]
+    references: ColumnReference | None = None
+
+
+class TableSchemaBody(msgspec.Struct, rename="camel"):
+    """A table schema (PROTOCOL.md §9). Column names are unique; ``primaryKey`` and
+    ``externalIdColumn`` name declared columns (``row_id`` too, for the key); a schema evolves
+    additively only (else 400: rules a JSON Schema cannot state)."""
+
+    table: Identifier
+    columns: list[ColumnDeclaration]
+    primary_key: Annotated[list[str], Meta(min_length=1)] | UnsetType = UNSET
+    soft_delete: bool = True
+    external_id_column: NonEmpty | UnsetType = UNSET
+    source_table: Identifier | None = None
+
+
+class SyncRulesFilter(msgspec.Struct):
+    """``column op value``; ``value`` is a literal or ``jwt:<claim>``."""
+
+    column: NonEmpty
+    op: Annotated[str, _one_of(FILTER_OPS)]
+    value: NonEmpty
+
+
+class SyncRulesBucket(msgspec.Struct):
+    """A named set of rows: rows of ``tables`` (empty: every table) matching every filter."""
+
+    name: NonEmpty
+    tables: Identifiers
+    filters: list[SyncRulesFilter]
+
+
+class SyncRulesBody(msgspec.Struct):
+    """The sync rules (PROTOCOL.md §5); bucket names are unique (else 400)."""
+
+    version: Annotated[int, Meta(ge=1)]
+    buckets: list[SyncRulesBucket]

@@ -7,6 +7,7 @@ A :class:`LakeSyncError` is answered with its code and ``http_status`` from the 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from litestar import Request, Response
@@ -20,6 +21,8 @@ from lakesync_platform.core.errors import (
     RateLimitedError,
     ValidationError,
 )
+
+from .bodies import ErrorBody
 
 __all__ = ["error_response", "handle_http_exception", "handle_lakesync_error"]
 
@@ -48,18 +51,14 @@ def error_response(
     code: str,
     status: int,
     request_id: str | None,
-    headers: dict[str, str] | None = None,
-) -> Response[dict[str, str]]:
+    headers: Mapping[str, str] | None = None,
+) -> Response[ErrorBody]:
     """The protocol's error envelope ``{"error", "code", "requestId"}``."""
-    body = {"error": message, "code": code}
-    if request_id is not None:
-        body["requestId"] = request_id
+    body = ErrorBody(message, code) if request_id is None else ErrorBody(message, code, request_id)
     return Response(body, status_code=status, headers=headers)
 
 
-def handle_lakesync_error(
-    request: Request[Any, Any, Any], exc: Exception
-) -> Response[dict[str, str]]:
+def handle_lakesync_error(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
     """Answer a :class:`LakeSyncError` with its ``http_status`` (see ``core.errors``)."""
     assert isinstance(exc, LakeSyncError)
     status = exc.http_status
@@ -71,10 +70,9 @@ def handle_lakesync_error(
     return error_response(exc.message, exc.code, status, request_id_of(request), headers)
 
 
-def handle_http_exception(
-    request: Request[Any, Any, Any], exc: Exception
-) -> Response[dict[str, str]]:
-    """Framework errors (unknown route, wrong method, body too large) in the same envelope."""
+def handle_http_exception(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """Framework errors (unknown route, wrong method, body too large) in the same envelope,
+    with the framework's headers (a 405's ``Allow``: the methods the path has)."""
     if isinstance(exc, HTTPException):
         status = exc.status_code
         if status == 404:
@@ -88,6 +86,6 @@ def handle_http_exception(
         code = _FRAMEWORK_CODES.get(
             status, LakeSyncError.code if status >= 500 else ValidationError.code
         )
-        return error_response(message, code, status, request_id_of(request))
+        return error_response(message, code, status, request_id_of(request), exc.headers)
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response("Internal server error", LakeSyncError.code, 500, request_id_of(request))

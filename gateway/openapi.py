@@ -1,258 +1,190 @@
-"""The gateway's OpenAPI document (served at ``/v1/openapi.json``)."""
+"""The gateway's OpenAPI document: Litestar generates it from the controllers.
+
+This module holds what the controllers share to describe themselves — the gateway id path
+parameter, the pull's query parameters, the request bodies the handlers decode themselves, the
+error responses of each route — and the config: the document is served at ``/v1/openapi.json``
+(by the meta controller) and Litestar's Swagger UI at ``/v1/docs``.
+
+The sync and admin handlers read their raw bodies and query strings themselves: the core codecs
+decode them (their speed, and their error messages, which are the protocol's), and a repeated
+query parameter counts by its first value, as in the reference. Litestar documents a request
+body only for a ``data`` parameter and query parameters only for handler parameters, and would
+then parse them itself; so :func:`request_body` declares the body on a dependency no handler asks
+for (schema generation reads it, no request resolves it), and :func:`query_parameters` adds the
+pull's query parameters to its documented operation (``operation_class``).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Annotated, Any
 
-from lakesync_platform.core.errors import ERRORS_BY_CODE
+from litestar.di import Provide
+from litestar.enums import ParamType
+from litestar.handlers import HTTPRouteHandler
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import (
+    Components,
+    OpenAPIType,
+    Operation,
+    Parameter,
+    Schema,
+    SecurityRequirement,
+    SecurityScheme,
+)
+from litestar.params import PathParameter
+from litestar.types import Method
 
-__all__ = ["openapi_document"]
+from lakesync_platform.core.errors import ERRORS_BY_CODE, AuthError, LakeSyncError, SchemaError
+from lakesync_platform.core.identifiers import GATEWAY_ID_MAX_LENGTH, GATEWAY_ID_RE
+from lakesync_platform.core.wire import MAX_ID_LENGTH
 
-_HLC = {
-    "type": "string",
-    "pattern": "^[0-9]{1,20}$",
-    "description": "64-bit integer as a decimal string",
-}
-_ERROR = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {"type": "string"},
-        "code": {
-            "type": "string",
-            "enum": list(ERRORS_BY_CODE),
+from .bodies import HLC_PATTERN, ErrorBody
+
+__all__ = [
+    "BEARER",
+    "PULL_QUERY",
+    "GatewayId",
+    "errors",
+    "openapi_config",
+    "query_parameters",
+    "request_body",
+    "response",
+]
+
+BEARER: list[SecurityRequirement] = [{"bearer": []}]
+"""The security requirement of the sync and admin routes: a Bearer JWT."""
+
+GatewayId = Annotated[
+    str,
+    PathParameter(
+        description="The gateway id (checked before the token: 400 if it breaks the rule)",
+        schema_extra={
+            "pattern": f"^(?:{GATEWAY_ID_RE.pattern})$",
+            "min_length": 1,
+            "max_length": GATEWAY_ID_MAX_LENGTH,
         },
-        "requestId": {"type": "string"},
-    },
-}
-_DELTA = {
-    "type": "object",
-    "required": ["op", "table", "rowId", "clientId", "columns", "hlc", "deltaId"],
-    "properties": {
-        "op": {"type": "string", "enum": ["INSERT", "UPDATE", "DELETE"]},
-        "table": {"type": "string", "pattern": "^[a-zA-Z_][a-zA-Z0-9_]{0,63}$"},
-        "rowId": {"type": "string"},
-        "clientId": {"type": "string"},
-        "columns": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["column", "value"],
-                "properties": {"column": {"type": "string"}, "value": {}},
-            },
-        },
-        "hlc": _HLC,
-        "deltaId": {"type": "string"},
-    },
-}
+    ),
+]
+"""The ``{gw}`` path parameter (``lakesync_platform.core.identifiers``; the guards check it)."""
 
 
-def _err(description: str) -> dict[str, Any]:
+def _query(name: str, description: str, schema: Schema, *, required: bool = False) -> Parameter:
+    return Parameter(
+        name=name,
+        param_in=ParamType.QUERY,
+        schema=schema,
+        description=description,
+        required=required,
+    )
+
+
+PULL_QUERY = (
+    _query(
+        "since",
+        "The cursor: deltas after this HLC (protocol v1 also reads it as JavaScript's BigInt():"
+        " blank is 0, 0x-prefixed is hex, negative is 0)",
+        Schema(type=OpenAPIType.STRING, pattern=HLC_PATTERN),
+        required=True,
+    ),
+    _query(
+        "clientId",
+        "The pulling client (its token's sub unless the token is an admin's)",
+        Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_ID_LENGTH),
+        required=True,
+    ),
+    _query(
+        "limit",
+        "Page size, default 100, clamped to 10000 (read as JavaScript's parseInt(): 10abc is 10)",
+        Schema(type=OpenAPIType.INTEGER, minimum=1),
+    ),
+    _query(
+        "format",
+        "stamped: one delta per row, every column with its stamp; blank or absent: as the"
+        " reference gateway pulls",
+        Schema(type=OpenAPIType.STRING, enum=["stamped", ""]),
+    ),
+    _query(
+        "source",
+        "A source adapter to pull from: none is configured, so any non-empty value is 404",
+        Schema(type=OpenAPIType.STRING),
+    ),
+)
+"""The pull's query parameters (PROTOCOL.md §4.3), as the pull handler reads them."""
+
+
+def query_parameters(*parameters: Parameter) -> type[Operation]:
+    """``operation_class=`` that adds the query ``parameters`` (read by the handler itself) to
+    the route's documented operation."""
+
+    @dataclass
+    class WithQuery(Operation):
+        def __post_init__(self) -> None:
+            self.parameters = [*(self.parameters or []), *parameters]
+
+    return WithQuery
+
+
+def request_body(struct: type[Any]) -> dict[str, Provide]:
+    """``dependencies=`` that document ``struct`` as the route's JSON request body (see the
+    module docstring: the dependency is never resolved; the handler decodes the raw body)."""
+
+    def documented_body(data: Any) -> Any:
+        raise AssertionError("documentation only")  # pragma: no cover
+
+    documented_body.__annotations__ = {"data": struct, "return": struct}
+    return {"documented_body": Provide(documented_body, sync_to_thread=False)}
+
+
+def response(
+    body: type[Any] | None, description: str, media_type: str = "application/json"
+) -> ResponseSpec:
+    """A ``responses=`` entry: ``body`` (``None``: no body) as this status's answer."""
+    return ResponseSpec(
+        body, description=description, media_type=media_type, generate_examples=False
+    )
+
+
+def _codes(status: int) -> list[str]:
+    """The error codes answered with ``status``: the registry's, plus the instances that carry
+    another status (an auth failure on the wrong gateway or role, a bad schema on an admin
+    route, a body over the limit, a timeout)."""
+    codes = [code for code, cls in ERRORS_BY_CODE.items() if cls.http_status == status]
+    extra = {
+        403: AuthError.code,
+        400: SchemaError.code,
+        413: "VALIDATION_ERROR",
+        504: LakeSyncError.code,
+    }.get(status)
+    return [*codes, extra] if extra and extra not in codes else codes
+
+
+def errors(*statuses: int) -> dict[int, ResponseSpec]:
+    """``responses=`` entries: each status with the error envelope and the codes it carries."""
     return {
-        "description": description,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        status: response(ErrorBody, f"{HTTPStatus(status).phrase} ({', '.join(_codes(status))})")
+        for status in statuses
     }
 
 
-def _json(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
+def _operation_id(handler: HTTPRouteHandler, method: Method, components: list[Any]) -> str:
+    """Operation ids are the handler names (``push``, ``pull``, ``save_schema``, …)."""
+    return handler.handler_name
 
 
-_GW = {"name": "gw", "in": "path", "required": True, "schema": {"type": "string"}}
-_SECURED: list[dict[str, list[str]]] = [{"bearer": []}]
-_ADMIN_ERRORS = {
-    "401": _err("Missing or invalid token"),
-    "403": _err("Not an admin of this gateway"),
-}
-
-
-def openapi_document() -> dict[str, Any]:
-    """OpenAPI 3.1 description of protocol v1 as this gateway serves it."""
-    delta_ref = {"$ref": "#/components/schemas/RowDelta"}
-    return {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "LakeSync Platform gateway",
-            "version": "1.0.0",
-            "description": "LakeSync protocol v1: push/pull column-level deltas.",
-        },
-        "components": {
-            "securitySchemes": {
-                "bearer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
-            },
-            "schemas": {"Error": _ERROR, "RowDelta": _DELTA},
-        },
-        "paths": {
-            "/health": {
-                "get": {"summary": "Liveness", "responses": {"200": _json({"type": "object"})}}
-            },
-            "/ready": {
-                "get": {
-                    "summary": "Readiness (WAL reachable)",
-                    "responses": {
-                        "200": _json({"type": "object"}),
-                        "503": _json({"type": "object"}),
-                    },
-                }
-            },
-            "/metrics": {
-                "get": {
-                    "summary": "Prometheus metrics",
-                    "responses": {"200": {"description": "text/plain; version=0.0.4"}},
-                }
-            },
-            "/v1/sync/{gw}/push": {
-                "post": {
-                    "summary": "Push deltas (accepted whole or rejected whole)",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "required": ["clientId", "deltas"],
-                                    "properties": {
-                                        "clientId": {"type": "string"},
-                                        "deltas": {
-                                            "type": "array",
-                                            "maxItems": 10000,
-                                            "items": delta_ref,
-                                        },
-                                        "lastSeenHlc": _HLC,
-                                    },
-                                }
-                            }
-                        },
-                    },
-                    "responses": {
-                        "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "serverHlc": _HLC,
-                                    "accepted": {"type": "integer"},
-                                    "deltas": {"type": "array", "items": delta_ref},
-                                },
-                            }
-                        ),
-                        "400": _err("Malformed body"),
-                        "401": _err("Unauthenticated"),
-                        "403": _err("Wrong gateway or client id"),
-                        "409": _err("Clock drift"),
-                        "413": _err("Body over 1 MiB"),
-                        "422": _err("Identifier or schema violation"),
-                        "429": _err("Rate limited"),
-                        "503": _err("WAL backlog over its bound"),
-                    },
-                }
-            },
-            "/v1/sync/{gw}/pull": {
-                "get": {
-                    "summary": "Pull rows changed after a cursor",
-                    "parameters": [
-                        _GW,
-                        {"name": "since", "in": "query", "required": True, "schema": _HLC},
-                        {
-                            "name": "clientId",
-                            "in": "query",
-                            "required": True,
-                            "schema": {"type": "string"},
-                        },
-                        {
-                            "name": "limit",
-                            "in": "query",
-                            "schema": {"type": "integer", "minimum": 1, "maximum": 10000},
-                        },
-                        {
-                            "name": "format",
-                            "in": "query",
-                            "schema": {"type": "string", "enum": ["stamped"]},
-                            "description": "stamped: one delta per row with per-column stamps",
-                        },
-                    ],
-                    "security": _SECURED,
-                    "responses": {
-                        "200": _json(
-                            {
-                                "type": "object",
-                                "properties": {
-                                    "deltas": {"type": "array", "items": delta_ref},
-                                    "serverHlc": _HLC,
-                                    "hasMore": {"type": "boolean"},
-                                },
-                            }
-                        ),
-                        "400": _err("Bad parameters"),
-                        "401": _err("Unauthenticated"),
-                        "403": _err("Forbidden"),
-                    },
-                }
-            },
-            "/v1/sync/{gw}/checkpoint": {
-                "get": {
-                    "summary": "Initial-sync checkpoint stream",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {"404": _err("No checkpoint available")},
-                }
-            },
-            "/v1/admin/schema/{gw}": {
-                "post": {
-                    "summary": "Register or evolve (additively) a table schema",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {
-                        "200": _json({"type": "object"}),
-                        "400": _err("Invalid schema"),
-                        **_ADMIN_ERRORS,
-                    },
-                },
-                "get": {
-                    "summary": "List registered schemas",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {"200": _json({"type": "object"}), **_ADMIN_ERRORS},
-                },
-            },
-            "/v1/admin/sync-rules/{gw}": {
-                "post": {
-                    "summary": "Replace the sync rules",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {
-                        "200": _json({"type": "object"}),
-                        "400": _err("Invalid rules"),
-                        **_ADMIN_ERRORS,
-                    },
-                },
-                "get": {
-                    "summary": "Read the sync rules",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {
-                        "200": _json({"type": "object"}),
-                        "404": _err("No rules saved"),
-                        **_ADMIN_ERRORS,
-                    },
-                },
-            },
-            "/v1/admin/metrics/{gw}": {
-                "get": {
-                    "summary": "Gateway counters",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {"200": _json({"type": "object"}), **_ADMIN_ERRORS},
-                }
-            },
-            "/v1/admin/flush/{gw}": {
-                "post": {
-                    "summary": "Request a flush of the WAL to the lake",
-                    "parameters": [_GW],
-                    "security": _SECURED,
-                    "responses": {"202": _json({"type": "object"}), **_ADMIN_ERRORS},
-                }
-            },
-        },
-    }
+def openapi_config() -> OpenAPIConfig:
+    """Litestar's OpenAPI config: the document's info and security scheme, the Swagger UI at
+    ``/v1/docs`` (which reads its copy of the document at ``/v1/docs/openapi.json``)."""
+    bearer = SecurityScheme(type="http", scheme="bearer", bearer_format="JWT")
+    return OpenAPIConfig(
+        title="LakeSync Platform gateway",
+        version="1.0.0",
+        description="LakeSync protocol v1: push and pull column-level deltas; admin routes.",
+        components=Components(security_schemes={"bearer": bearer}),
+        use_handler_docstrings=True,
+        operation_id_creator=_operation_id,
+        path="/v1/docs",
+        render_plugins=[SwaggerRenderPlugin(path="/")],
+    )

@@ -14,6 +14,7 @@ from lakesync_platform.declarations import (
     load_declarations,
     parse_declarations,
 )
+from lakesync_platform.testing import DEMO_GATEWAY, demo_declarations_yaml, demo_todos_schema
 from lakesync_platform.wal.store import WriteAheadLog
 
 REPO_DEFS = Path(__file__).resolve().parents[1] / "defs"
@@ -26,6 +27,16 @@ def test_repository_example_declares_the_demo() -> None:
     assert demo.tables["todos"].column_names == ("title", "completed", "priority", "tags")
     local = demo.destinations["local"]
     assert local.kind == "sqlite" and local.covers("todos") and not local.covers("other")
+
+
+def test_the_demo_is_declared_once(tmp_path: Path) -> None:
+    """``defs/todos.yaml``, the file ``lakesync dev`` writes where there is none, and the testing
+    kit's demo table are one definition."""
+    (tmp_path / "todos.yaml").write_text(demo_declarations_yaml())
+    written = load_declarations(tmp_path).gateway(DEMO_GATEWAY)
+    repo = load_declarations(REPO_DEFS).gateway(DEMO_GATEWAY)
+    assert written.tables == repo.tables == {"todos": demo_todos_schema()}
+    assert written.destinations == repo.destinations
 
 
 def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar import Controller, Response, get
+from litestar import Controller, Request, Response, get
 from litestar.di import NamedDependency
 
 from ..bodies import Status
-from ..openapi import openapi_document
+from ..openapi import errors, response
 from ..state import GatewayServices
 from ._json import json_response
 
@@ -19,13 +19,24 @@ class MetaController(Controller):
     """Unauthenticated routes about the process itself."""
 
     path = "/"
+    tags = ["meta"]  # noqa: RUF012
 
-    @get("/health", sync_to_thread=False)
+    @get(
+        "/health",
+        sync_to_thread=False,
+        responses={200: response(Status, "Alive")},
+    )
     def health(self) -> Response[bytes]:
         """Liveness."""
         return json_response(Status("ok"))
 
-    @get("/ready")
+    @get(
+        "/ready",
+        responses={
+            200: response(Status, "Ready"),
+            503: response(Status, "Not ready: the WAL does not answer"),
+        },
+    )
     async def ready(self, services: NamedDependency[GatewayServices]) -> Response[bytes]:
         """Readiness: the WAL answers."""
         try:
@@ -34,13 +45,19 @@ class MetaController(Controller):
             return json_response(Status("not_ready", "adapter unreachable"), 503)
         return json_response(Status("ready"))
 
-    @get("/metrics")
+    @get(
+        "/metrics",
+        responses={
+            200: response(str, "Prometheus text", "text/plain"),
+            **errors(503, 504),
+        },
+    )
     async def prometheus(self, services: NamedDependency[GatewayServices]) -> Response[str]:
         """Prometheus text exposition."""
         backlogs = await services.offload(services.admin.backlogs)
         return Response(services.metrics.render(backlogs), media_type="text/plain; version=0.0.4")
 
-    @get("/v1/openapi.json", sync_to_thread=False)
-    def openapi(self) -> dict[str, Any]:
-        """The OpenAPI document."""
-        return openapi_document()
+    @get("/v1/openapi.json", sync_to_thread=False, include_in_schema=False)
+    def openapi(self, request: Request[Any, Any, Any]) -> dict[str, Any]:
+        """The OpenAPI document Litestar generates from the controllers."""
+        return request.app.openapi_schema.to_schema()

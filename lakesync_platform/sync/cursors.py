@@ -13,12 +13,14 @@ import hashlib
 
 from ..core.sync_rules import Claims
 
-__all__ = ["POSITION_BITS", "compose_cursor", "split_cursor", "view_tag"]
+__all__ = ["MAX_CURSOR", "POSITION_BITS", "compose_cursor", "split_cursor", "view_tag"]
 
 POSITION_BITS = 40
 """Low bits of a pull cursor hold the ingest position; the bits above hold the view tag."""
 _POSITION_MASK = (1 << POSITION_BITS) - 1
 _TAG_BITS = 22
+MAX_CURSOR = (1 << (_TAG_BITS + POSITION_BITS)) - 1
+"""The largest cursor a gateway mints; a ``since`` above it names no view of this gateway."""
 
 
 def compose_cursor(tag: int, position: int) -> int:

@@ -19,7 +19,7 @@ from ..core.schema import TableSchema
 from ..core.sync_rules import Claims, ClientView, SyncRules
 from ..core.wal import AppendRequest, LoadedRows, PushPlan, RowRecord, WalEntry, WalStore
 from .config import GatewayConfig, load_config
-from .cursors import compose_cursor, split_cursor
+from .cursors import MAX_CURSOR, compose_cursor, split_cursor
 from .delivery import PullPage
 from .plan import plan_append, plan_push
 from .prepare import check_backlog, check_deltas, prepare
@@ -182,7 +182,8 @@ class SyncService:
         cfg = self.config(gw)
         view = ClientView(cfg.rules, claims)
         tag = cfg.view_tag(claims)
-        since = max(since, 0)
+        if not 0 <= since <= MAX_CURSOR:
+            since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
         since_tag, since_pos = split_cursor(since)
         start = 0 if since_tag != tag else since_pos
         with self.wal.pull_read(gw, client_id, since, self._clock()) as rows:

@@ -1,10 +1,15 @@
-"""The hand-written protobuf codec against the reference byte vectors (PROTOCOL.md §7.1)."""
+"""The protobuf codec against the reference byte vectors (PROTOCOL.md §7.1), and the generated
+classes against the ``.proto`` they come from."""
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import struct
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,6 +65,26 @@ PUSH_HEAD = bytes.fromhex(
     "636c69656e742d613a40346662"
 )
 PUSH_TAIL = bytes.fromhex("30621901000068e5cf8b01")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "lakesync_platform" / "core" / "_pb"
+
+
+def test_generated_classes_are_current(tmp_path: Path) -> None:
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gen_proto.sh"), str(tmp_path)],
+        env={**os.environ, "PYTHON": sys.executable},
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    produced = sorted(p.name for p in tmp_path.iterdir())
+    assert produced == ["lakesync_v1_pb2.py", "lakesync_v1_pb2.pyi"]
+    for name in produced:
+        assert (tmp_path / name).read_bytes() == (GENERATED / name).read_bytes(), (
+            f"{name} is stale: run scripts/gen_proto.sh"
+        )
 
 
 def test_tags() -> None:
@@ -180,6 +205,9 @@ def test_uint32_is_truncated_like_protobuf() -> None:
         (b"\x08\x01\x1b", "unsupported wire type 3"),  # groups
         (b"\x00\x01", "invalid field number 0"),
         (b"\x08" + b"\xff" * 10 + b"\x01", "varint longer than 10 bytes"),
+        # Accepted by the protobuf runtime (as unknown fields), rejected by the codec:
+        (b"\x08\x01\x22\x08\x0a\x01v\x15\x00\x00\x00\x00", "wrong wire type for field 2"),
+        (b"\x08\x01\x7b\x7c", "unsupported wire type 3"),  # a well-formed group, field 15
     ],
 )
 def test_decode_errors(data: bytes, detail: str) -> None:
@@ -331,6 +359,13 @@ def test_action_response_entry_oneof_last_member_wins() -> None:
     entry = error + success
     results, _ = decode_action_response(b"\x0a" + bytes([len(entry)]) + entry)
     assert results == [ActionResult("a", {}, 0)]
+
+
+def test_a_message_field_sent_twice_is_merged() -> None:
+    hlc_only = b"\x0a\x09\x19" + struct.pack("<Q", 5)
+    entry = b"\x0a\x07\x0a\x01a\x12\x02{}" + hlc_only
+    results, _ = decode_action_response(b"\x0a" + bytes([len(entry)]) + entry)
+    assert results == [ActionResult("a", {}, 5)]
 
 
 # --- properties ---------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Classes protoc generates from ``lakesync_v1.proto`` (``scripts/gen_proto.sh``; do not edit)."""
