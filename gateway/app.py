@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar
@@ -44,13 +45,18 @@ def create_app(
     *,
     clock: Callable[[], int] | None = None,
     wal: WriteAheadLog | None = None,
+    metrics_dir: Path | None = None,
 ) -> ProtocolHeadersMiddleware:
-    """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests."""
+    """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests;
+    ``metrics_dir`` is the metrics directory shared by the workers of a multi-process server."""
     wall = clock or _wall_ms
     slot = ServicesSlot()
 
     def startup(app: Litestar) -> None:
-        store = wal or WriteAheadLog.open(settings.wal_url, now_ms=wall())
+        metrics = Metrics(metrics_dir)
+        store = wal or WriteAheadLog.open(
+            settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
+        )
         limiter = (
             CallerRateLimit(settings.rate_limit, settings.rate_window_s)
             if settings.rate_limit
@@ -59,7 +65,7 @@ def create_app(
         slot.services = GatewayServices(
             sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
             admin=GatewayAdmin(store, wall),
-            metrics=Metrics(),
+            metrics=metrics,
             offload=Offload(settings.request_timeout_s),
         )
         app.state.gateway = GatewayState(

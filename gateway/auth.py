@@ -98,7 +98,9 @@ def _guard(
             state.limiter.check(_caller(connection, identity))
     except LakeSyncError:
         if handler.opt.get(COUNTS_PUSH):
-            state.services.metrics.observe_push("error", (time.perf_counter() - started) * 1000)
+            state.services.metrics.observe_push(
+                connection.path_params["gw"], "error", time.perf_counter() - started
+            )
         raise
     connection.scope["user"] = identity
 

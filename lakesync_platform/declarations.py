@@ -16,8 +16,12 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         tables: [todos]           # optional; default: every table of the gateway ("*")
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
-destination declared twice is an error). Top-level ``syncRules`` and ``connectors`` are reserved
-for the sync-rule and connector declarations of later releases and rejected for now.
+destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
+or a value of the wrong type is refused with the file and the path of the value
+(``x.yaml: Object contains unknown field `tabels` - at `$```); the gateway id follows the
+platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Top-level
+``syncRules`` and ``connectors`` are reserved for the sync-rule and connector declarations of
+later releases and rejected for now.
 
 Declared tables are applied to the gateway's config store (:func:`apply_declarations`), which
 stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
@@ -31,12 +35,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Annotated, Any, Final, Literal, Protocol
 
+import msgspec
 import yaml
 
 from .core.delta import check_identifier
-from .core.errors import LakeSyncError, SchemaError
+from .core.errors import LakeSyncError, SchemaError, ValidationError
+from .core.identifiers import check_gateway_id
 from .core.schema import TableSchema, parse_table_schema
 
 __all__ = [
@@ -52,9 +58,7 @@ __all__ = [
 ]
 
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
-_TOP_KEYS: Final = frozenset(("gateway", "tables", "destinations"))
 _RESERVED: Final = frozenset(("syncRules", "connectors"))
-_DEST_KEYS: Final = frozenset(("name", "kind", "url", "tables"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
 
@@ -119,63 +123,92 @@ def expand_env(text: str, env: Mapping[str, str]) -> str:
     return _ENV_RE.sub(sub, text)
 
 
-def _parse_destination(raw: Any, where: str) -> DestinationDecl:
-    if not isinstance(raw, Mapping):
-        raise DeclarationError(f"{where}: a destination must be a mapping")
-    unknown = set(raw) - _DEST_KEYS
-    if unknown:
-        raise DeclarationError(f"{where}: unknown destination keys {sorted(unknown)}")
+class _Destination(msgspec.Struct, forbid_unknown_fields=True):
+    """A destination as written; names and kind are checked after conversion."""
+
+    name: str
+    kind: str
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    tables: list[str] | Literal["*"] | None = "*"
+
+
+class _Document(msgspec.Struct, forbid_unknown_fields=True):
+    """One declaration file as written. Tables stay raw: :func:`parse_table_schema` checks them
+    with the admin route's messages."""
+
+    gateway: str = DEFAULT_GATEWAY
+    tables: list[Any] | None = None
+    destinations: list[_Destination] | None = None
+
+
+def _error(where: str, path: str, message: str) -> DeclarationError:
+    """The error for ``message`` about ``path`` of file ``where``, in msgspec's format."""
+    return DeclarationError(f"{where}: {message} - at `{path}`")
+
+
+def _read_document(where: str, doc: object) -> _Document:
+    if isinstance(doc, Mapping):
+        reserved = _RESERVED & set(doc)
+        if reserved:
+            raise DeclarationError(f"{where}: {sorted(reserved)} are not supported yet")
     try:
-        name = check_identifier(raw.get("name"), "destination")
-    except SchemaError as exc:
-        raise DeclarationError(f"{where}: {exc.message}") from exc
-    kind = raw.get("kind")
-    if kind not in DESTINATION_KINDS:
+        parsed = msgspec.convert(doc, _Document)
+    except msgspec.ValidationError as exc:
+        message = str(exc)  # msgspec names the path, except the document's own (``$``)
         raise DeclarationError(
-            f"{where}: destination {name!r} kind must be one of {DESTINATION_KINDS}"
-        )
-    url = raw.get("url")
-    if not isinstance(url, str) or not url:
-        raise DeclarationError(f"{where}: destination {name!r} needs a url")
-    tables = raw.get("tables", "*")
-    if tables == "*" or tables is None:
-        return DestinationDecl(name, kind, url, None)
-    if not isinstance(tables, list) or not all(isinstance(t, str) for t in tables):
-        raise DeclarationError(f"{where}: destination {name!r} tables must be a list or '*'")
+            f"{where}: {message}" if " - at `" in message else f"{where}: {message} - at `$`"
+        ) from exc
     try:
-        return DestinationDecl(name, kind, url, tuple(check_identifier(t, "table") for t in tables))
+        check_gateway_id(parsed.gateway)
+    except ValidationError as exc:
+        raise _error(where, "$.gateway", exc.message) from exc
+    return parsed
+
+
+def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
+    path = f"$.destinations[{i}]"
+    try:
+        name = check_identifier(raw.name, "destination")
     except SchemaError as exc:
-        raise DeclarationError(f"{where}: {exc.message}") from exc
+        raise _error(where, f"{path}.name", exc.message) from exc
+    if raw.kind not in DESTINATION_KINDS:
+        raise _error(
+            where, f"{path}.kind", f"destination {name!r} kind must be one of {DESTINATION_KINDS}"
+        )
+    if raw.tables is None or raw.tables == "*":
+        return DestinationDecl(name, raw.kind, raw.url, None)
+    tables = []
+    for j, table in enumerate(raw.tables):
+        try:
+            tables.append(check_identifier(table, "table"))
+        except SchemaError as exc:
+            raise _error(where, f"{path}.tables[{j}]", exc.message) from exc
+    return DestinationDecl(name, raw.kind, raw.url, tuple(tables))
 
 
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
-    """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``."""
+    """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``.
+
+    A malformed document raises :class:`DeclarationError` naming the file and the path of the
+    offending value (``x.yaml: Object contains unknown field `tabels` - at `$```).
+    """
     tables: dict[str, dict[str, TableSchema]] = {}
     dests: dict[str, dict[str, DestinationDecl]] = {}
     for where, doc in documents:
         if doc is None:
             continue
-        if not isinstance(doc, Mapping):
-            raise DeclarationError(f"{where}: the document must be a mapping")
-        reserved = _RESERVED & set(doc)
-        if reserved:
-            raise DeclarationError(f"{where}: {sorted(reserved)} are not supported yet")
-        unknown = set(doc) - _TOP_KEYS
-        if unknown:
-            raise DeclarationError(f"{where}: unknown keys {sorted(unknown)}")
-        gw = doc.get("gateway", DEFAULT_GATEWAY)
-        if not isinstance(gw, str) or re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,63}", gw) is None:
-            raise DeclarationError(f"{where}: invalid gateway id {gw!r}")
-        for raw in doc.get("tables") or []:
+        parsed = _read_document(where, doc)
+        gw = parsed.gateway
+        for i, raw in enumerate(parsed.tables or []):
             try:
                 schema = parse_table_schema(raw)
             except SchemaError as exc:
-                raise DeclarationError(f"{where}: {exc.message}") from exc
+                raise _error(where, f"$.tables[{i}]", exc.message) from exc
             if schema.table in tables.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: table {schema.table!r} declared twice for {gw!r}")
             tables[gw][schema.table] = schema
-        for raw in doc.get("destinations") or []:
-            dest = _parse_destination(raw, where)
+        for i, raw_dest in enumerate(parsed.destinations or []):
+            dest = _destination(where, i, raw_dest)
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest

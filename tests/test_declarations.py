@@ -54,27 +54,63 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("doc", "message"),
+    ("doc", "message", "path"),
     [
         (
             {"tables": [{"table": "t", "columns": [{"name": "c", "type": "text"}]}]},
             "Invalid column type",
+            "$.tables[0]",
         ),
-        ({"destinations": [{"name": "d", "kind": "oracle", "url": "x"}]}, "kind must be one of"),
-        ({"destinations": [{"name": "d", "kind": "sqlite"}]}, "needs a url"),
+        (
+            {"destinations": [{"name": "d", "kind": "oracle", "url": "x"}]},
+            "kind must be one of",
+            "$.destinations[0].kind",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite"}]},
+            "missing required field `url`",
+            "$.destinations[0]",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": ""}]},
+            "length >= 1",
+            "$.destinations[0].url",
+        ),
         (
             {"destinations": [{"name": "d-1", "kind": "sqlite", "url": "x"}]},
             "Invalid SQL identifier",
+            "$.destinations[0].name",
         ),
-        ({"syncRules": {}}, "not supported yet"),
-        ({"tabels": []}, "unknown keys"),
-        ({"gateway": "bad gw"}, "invalid gateway id"),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "tables": ["ok", 3]}]},
+            "Expected `str`, got `int`",
+            "$.destinations[0].tables[1]",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "tabls": ["t"]}]},
+            "unknown field `tabls`",
+            "$.destinations[0]",
+        ),
+        ({"tabels": []}, "unknown field `tabels`", "$"),
+        ({"tables": {"t": {}}}, "Expected `array | null`, got `object`", "$.tables"),
+        ({"gateway": "bad gw"}, "Invalid gateway id", "$.gateway"),
+        ({"gateway": "_private"}, "Invalid gateway id", "$.gateway"),
+        ({"gateway": 7}, "Expected `str`, got `int`", "$.gateway"),
+        (["gateway: x"], "Expected `object`, got `array`", "$"),
     ],
 )
-def test_malformed_declarations_name_the_file(doc: object, message: str) -> None:
+def test_malformed_declarations_name_the_file_and_the_path(
+    doc: object, message: str, path: str
+) -> None:
     with pytest.raises(DeclarationError, match=message) as info:
         parse_declarations([("x.yaml", doc)])
-    assert "x.yaml" in info.value.message
+    assert info.value.message.startswith("x.yaml: ")
+    assert info.value.message.endswith(f" - at `{path}`")
+
+
+def test_reserved_keys_are_refused_by_name() -> None:
+    with pytest.raises(DeclarationError, match=r"x.yaml: \['syncRules'\] are not supported yet"):
+        parse_declarations([("x.yaml", {"syncRules": {}})])
 
 
 def test_duplicates_are_rejected() -> None:

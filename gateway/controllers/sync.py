@@ -78,7 +78,7 @@ class SyncController(Controller):
             )
             status = "ok"
         finally:
-            metrics.observe_push(status, (time.perf_counter() - started) * 1000)
+            metrics.observe_push(gw, status, time.perf_counter() - started)
         metrics.observe_push_counts(result.accepted, len(result.entries), result.duplicates)
         return json_response(
             PushResponse(str(result.server_hlc), result.accepted, deltas_to_wire(result.entries))
@@ -100,6 +100,7 @@ class SyncController(Controller):
     ) -> Response[bytes]:
         """Pull rows changed after ``since``, filtered by the caller's view."""
         identity = request.user
+        started = time.perf_counter()
         params = request.query_params
         client_id = params.get("clientId")
         since_raw = params.get("since")
@@ -132,7 +133,7 @@ class SyncController(Controller):
             claims=identity.claims,
             stamped=fmt == "stamped",
         )
-        services.metrics.observe_pull(len(page.wire))
+        services.metrics.observe_pull(gw, len(page.wire), time.perf_counter() - started)
         return json_response(PullResponse(page.wire, str(page.server_hlc), page.has_more))
 
     @get(

@@ -6,9 +6,11 @@
   ``X-Checkpoint-Hlc``, §6).
 * ``Authorization: Bearer`` from a static ``token`` or ``get_token()``; on a 401 the token is
   fetched again and the request retried once.
-* Connection failures and timeouts are retried ``retries`` times with a short pause; a push
-  retried after a timeout is safe because the gateway deduplicates by ``deltaId`` (the batch is
-  sent again byte for byte, never re-stamped).
+* Connection failures and timeouts (:class:`httpx.TransportError`) are retried ``retries``
+  times by :mod:`tenacity`, after 0.1 s, 0.2 s, 0.4 s, … (at most :data:`RETRY_WAIT_MAX_S`); a
+  push retried after a timeout is safe because the gateway deduplicates by ``deltaId`` (the
+  batch is sent again byte for byte, never re-stamped). Answers are not retried here: a 429 or
+  503 goes back to the outbox, which retries it later and honours ``Retry-After``.
 * A checkpoint frame that does not decode raises ``CodecError`` (a ``ValidationError``): the
   engine then reports it and pulls from the start instead.
 * Error responses become the exception with the envelope's ``code``
@@ -23,6 +25,7 @@ from typing import Any
 
 import httpx
 import msgspec
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ..core.delta import RowDelta
 from ..core.proto import decode_sync_response
@@ -31,9 +34,19 @@ from ._errors import TransportError, error_from_envelope
 from ._transport import Checkpoint, PullResponse, PushAck
 from ._wire import decode_pull_body
 
-__all__ = ["CHECKPOINT_MEDIA_TYPE", "HttpTransport", "read_frames"]
+__all__ = [
+    "CHECKPOINT_MEDIA_TYPE",
+    "RETRY_WAIT_MAX_S",
+    "RETRY_WAIT_S",
+    "HttpTransport",
+    "read_frames",
+]
 
 CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
+RETRY_WAIT_S = 0.1
+"""The pause before the first retry of a failed connection; it doubles with each retry."""
+RETRY_WAIT_MAX_S = 5.0
+"""The longest pause between two retries."""
 
 _encoder = msgspec.json.Encoder()
 
@@ -95,8 +108,13 @@ class HttpTransport:
         self.gateway_id = gateway_id
         self._token = token
         self._get_token = get_token
-        self._retries = retries
-        self._sleep = sleep
+        self._retrying = Retrying(
+            retry=retry_if_exception_type(httpx.TransportError),
+            stop=stop_after_attempt(retries + 1),
+            wait=wait_exponential(multiplier=RETRY_WAIT_S, max=RETRY_WAIT_MAX_S),
+            sleep=sleep,
+            reraise=True,
+        )
         self._base = f"{self.url}{api_prefix}"
         self._client = client or httpx.Client(timeout=timeout_s)
         self._owns_client = client is None
@@ -109,24 +127,21 @@ class HttpTransport:
     def _send(
         self, build: Callable[[dict[str, str]], httpx.Request], stream: bool = False
     ) -> httpx.Response:
-        refreshed = False
-        attempt = 0
-        while True:
-            request = build(self._auth())
-            try:
-                response = self._client.send(request, stream=stream)
-            except httpx.TransportError as exc:
-                if attempt >= self._retries:
-                    raise TransportError(f"{request.method} {request.url}: {exc!r}") from exc
-                self._sleep(0.1 * 2**attempt)
-                attempt += 1
-                continue
-            if response.status_code == 401 and self._get_token is not None and not refreshed:
+        """Send the request ``build(auth headers)`` (retried on connection failures); on a 401
+        fetch the token again and send it once more."""
+
+        def attempt() -> httpx.Response:
+            return self._client.send(build(self._auth()), stream=stream)
+
+        try:
+            response = self._retrying(attempt)
+            if response.status_code == 401 and self._get_token is not None:
                 response.close()
                 self._auth(refresh=True)
-                refreshed = True
-                continue
-            return response
+                response = self._retrying(attempt)
+        except httpx.TransportError as exc:
+            raise TransportError(f"{exc.request.method} {exc.request.url}: {exc!r}") from exc
+        return response
 
     @staticmethod
     def _raise_for(response: httpx.Response) -> None:

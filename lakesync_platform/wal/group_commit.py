@@ -11,6 +11,9 @@ rolled back and the rest of the group runs again, without it, in a fresh one (a 
 and writes through its connection, so running it again is safe). There are no per-job
 savepoints: on SQLite a savepoint makes every page a job touches first be copied into a
 sub-journal, which would double the page writes of every push to pay for the rare failure.
+
+An observer (``on_commit``) learns the size of every committed group: the gateway records it
+as a metric without this package knowing how metrics are kept.
 """
 
 from __future__ import annotations
@@ -54,9 +57,15 @@ class _JobFailed(Exception):
 class GroupCommitter:
     """Runs write jobs on one thread, many per transaction (see the module docstring)."""
 
-    def __init__(self, wal: SqlDatabase, max_group: int = 64) -> None:
+    def __init__(
+        self,
+        wal: SqlDatabase,
+        max_group: int = 64,
+        on_commit: Callable[[int], None] | None = None,
+    ) -> None:
         self._wal = wal
         self._max_group = max_group
+        self._on_commit = on_commit
         self._cond = threading.Condition()
         self._queue: list[_Job[Any]] = []
         self._thread: threading.Thread | None = None
@@ -106,6 +115,7 @@ class GroupCommitter:
             self._commit(sorted(group, key=lambda j: j.key))
 
     def _commit(self, group: list[_Job[Any]]) -> None:
+        committed = 0
         try:
             while group:
                 try:
@@ -121,6 +131,7 @@ class GroupCommitter:
                     )
                     job.done.set()
                 else:
+                    committed = len(group)
                     break
         except Exception as exc:  # the commit itself failed: nothing of the group is durable
             log.warning("WAL group commit of %d pushes failed: %s", len(group), exc)
@@ -129,6 +140,11 @@ class GroupCommitter:
         finally:
             for job in group:
                 job.done.set()
+        if committed and self._on_commit is not None:
+            try:
+                self._on_commit(committed)
+            except Exception:  # an observer must not stop the writer thread; logged, not raised
+                log.exception("WAL group-commit observer failed")
 
     def _run_group(self, group: list[_Job[Any]]) -> None:
         """Run every job in one transaction and commit; :class:`_JobFailed` if one raises."""

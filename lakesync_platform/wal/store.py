@@ -17,6 +17,8 @@ This package does I/O only; what to write is decided by :mod:`lakesync_platform.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -37,20 +39,35 @@ class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlFlushRequests):
     every gateway, in one SQL database."""
 
     def __init__(
-        self, write_engine: Engine, read_engine: Engine, url: str, meta_engine: Engine | None = None
+        self,
+        write_engine: Engine,
+        read_engine: Engine,
+        url: str,
+        meta_engine: Engine | None = None,
+        on_group_commit: Callable[[int], None] | None = None,
     ) -> None:
         super().__init__(write_engine, read_engine, url, meta_engine)
         self._legacy_ids = {}
-        self._committer = GroupCommitter(self)
+        self._committer = GroupCommitter(self, on_commit=on_group_commit)
 
     @classmethod
-    def open(cls, url: str, *, now_ms: int = 0, pool_size: int = 8) -> WriteAheadLog:
-        """Open (and migrate) the WAL at ``url``: ``sqlite:///PATH`` or ``postgresql+psycopg://…``."""
+    def open(
+        cls,
+        url: str,
+        *,
+        now_ms: int = 0,
+        pool_size: int = 8,
+        on_group_commit: Callable[[int], None] | None = None,
+    ) -> WriteAheadLog:
+        """Open (and migrate) the WAL at ``url``: ``sqlite:///PATH`` or ``postgresql+psycopg://…``.
+
+        ``on_group_commit`` is called with the number of pushes of every committed group.
+        """
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url[len("postgresql://") :]
         try:
             write_engine, read_engine, meta_engine = create_engines(url, pool_size)
-            wal = cls(write_engine, read_engine, url, meta_engine)
+            wal = cls(write_engine, read_engine, url, meta_engine, on_group_commit)
             wal._migrate(now_ms)
         except (SQLAlchemyError, AdapterError) as exc:
             raise AdapterError(f"Cannot open the WAL at {redact(url)}: {exc}") from exc

@@ -16,6 +16,7 @@ from lakesync_platform.core.errors import (
     BackpressureError,
     ClockDriftError,
     ForbiddenError,
+    LakeSyncError,
     RateLimitedError,
     SchemaError,
     ValidationError,
@@ -117,6 +118,34 @@ def test_connection_failures_are_retried_with_the_same_bytes() -> None:
 
     assert _transport(handler, retries=2).push("c1", [DELTA], 5).accepted == 1
     assert len(bodies) == 3 and len(set(bodies)) == 1  # never re-stamped or re-encoded
+
+
+def test_retries_pause_twice_as_long_each_time_up_to_a_cap() -> None:
+    pauses: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    transport = HttpTransport(
+        "http://gw.test", "gw1", client=client, retries=8, sleep=pauses.append
+    )
+    with pytest.raises(TransportError, match=r"GET http://gw.test/v1/sync/gw1/pull\?.*refused"):
+        transport.pull("c1", 0, 10)
+    assert pauses == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+
+
+@pytest.mark.parametrize("status", [429, 503, 500])
+def test_answers_are_not_retried_here(status: int) -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(status, json={"error": "busy", "code": "RATE_LIMITED"})
+
+    with pytest.raises(LakeSyncError, match="busy"):
+        _transport(handler, retries=3).push("c1", [DELTA], 1)
+    assert len(seen) == 1  # the outbox retries later, honouring Retry-After
 
 
 def test_gives_up_after_retries_with_transport_error() -> None:

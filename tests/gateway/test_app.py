@@ -50,6 +50,8 @@ def test_create_app_needs_only_its_settings(
 def test_the_gateway_reads_no_environment() -> None:
     for path in GATEWAY_SOURCES.rglob("*.py"):
         text = path.read_text("utf-8")
+        if path.name == "serve.py":  # writes, for its workers, where their metrics go
+            text = text.replace("os.environ[METRICS_DIR_ENV] = ", "", 1)
         assert "os.environ" not in text and "getenv" not in text, path
 
 

@@ -157,10 +157,10 @@ def test_metrics_is_prometheus_text(shared: Gateway, gw: str) -> None:
     assert resp.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     text = resp.text
     assert "# TYPE lakesync_push_total counter" in text
-    assert re.search(r'^lakesync_push_total\{status="ok"\} [1-9][0-9]*$', text, re.M)
-    assert re.search(r"^lakesync_pull_total [0-9]+$", text, re.M)
+    assert re.search(r'^lakesync_push_total\{status="ok"\} [1-9][0-9]*\.0$', text, re.M)
+    assert re.search(r"^lakesync_pull_total [0-9]+\.0$", text, re.M)
     assert 'lakesync_push_latency_ms_bucket{le="+Inf"}' in text
-    assert re.search(rf'^lakesync_buffer_bytes\{{gateway="{gw}"\}} [1-9][0-9]*$', text, re.M)
+    assert re.search(rf'^lakesync_buffer_bytes\{{gateway="{gw}"\}} [1-9][0-9]*\.0$', text, re.M)
 
 
 def test_openapi_document_with_api_version_header(shared: Gateway) -> None:

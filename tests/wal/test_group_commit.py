@@ -90,3 +90,26 @@ def test_a_job_that_fails_alone_writes_nothing(wal: WriteAheadLog, gw: str) -> N
             "SELECT request_id FROM wal_flush_requests WHERE gateway_id = '" + gw + "'"
         ).scalars()
     assert list(ids) == [f"{gw}-y"] and runs == Counter({"x": 1, "y": 1})
+
+
+def test_the_observer_learns_the_size_of_every_committed_group(wal: WriteAheadLog, gw: str) -> None:
+    sizes: list[int] = []
+    committer = GroupCommitter(wal, on_commit=sizes.append)
+    runs: Counter[str] = Counter()
+    with pytest.raises(ValueError, match="job x fails"):
+        committer.run(gw, _insert_job(gw, "x", runs, fail=True))  # type: ignore[arg-type]
+    assert committer.run(gw, _insert_job(gw, "y", runs)) == "y"  # type: ignore[arg-type]
+    committer.close()
+    assert sizes == [1]  # the failed job's group committed nothing
+
+
+def test_a_failing_observer_does_not_stop_the_writer(wal: WriteAheadLog, gw: str) -> None:
+    def observer(size: int) -> None:
+        raise RuntimeError("observer bug")
+
+    committer = GroupCommitter(wal, on_commit=observer)
+    runs: Counter[str] = Counter()
+    assert committer.run(gw, _insert_job(gw, "a", runs)) == "a"  # type: ignore[arg-type]
+    assert committer.run(gw, _insert_job(gw, "b", runs)) == "b"  # type: ignore[arg-type]
+    committer.close()
+    assert runs == Counter({"a": 1, "b": 1})
