@@ -92,7 +92,8 @@ class _Supervisor(Multiprocess):
         """Drop the live gauges of workers replaced since the last look."""
         pids = {p.pid for p in self.processes if p.pid is not None}
         for pid in self._pids - pids:
-            mark_process_dead(pid, str(self._metrics_dir))
+            # prometheus_client leaves mark_process_dead unannotated
+            mark_process_dead(pid, str(self._metrics_dir))  # type: ignore[no-untyped-call]
         self._pids = pids
 
 
