@@ -17,6 +17,7 @@ import click
 
 from ..core.errors import LakeSyncError
 from ..settings import ENV_WAL_URL
+from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
 
 __all__ = ["register"]
@@ -60,6 +61,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     from ..settings import DataLayout
     from .dev import DevStack, DevStackSettings
 
+    require_free_ports([("--gateway-port", gateway_port), ("--dagster-port", dagster_port)])
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
@@ -106,7 +108,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
 def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
-    """Run one pipeline stage once, in-process (exit status 1 on failure)."""
+    """Run one pipeline stage once, in-process (exit status 1 on failure; 2 for a missing data
+    directory or WAL, or an unknown gateway, before anything is created)."""
     from ..pipeline.context import PipelineContext
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
@@ -119,9 +122,22 @@ def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str
     )
     ctx = PipelineContext(settings)
     try:
+        declared = set(ctx.declarations.gateways)  # a bad declaration fails first (status 1)
+        require_data_dir(settings.data_dir)
+        wal_file = embedded_wal_file(settings.resolved_wal_url)
+        if wal_file is not None and not wal_file.exists():
+            raise NotReady(
+                f"no WAL at {wal_file}: start the gateway on it first "
+                f"(lakesync gateway --data-dir {settings.data_dir}) and push some changes"
+            )
+        known = sorted(declared | set(ctx.wal.gateway_ids()))
+        if gw is not None and gw not in known:
+            raise NotReady(
+                f"unknown gateway {gw!r}: not declared in {settings.resolved_defs_dir} "
+                f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
+            )
         ctx.apply_declarations()
-        gateways = [gw] if gw else ctx.gateways()
-        for g in gateways:
+        for g in [gw] if gw else known:
             if stage == "flush":
                 click.echo(repr(run_flush(ctx, g)))
             elif stage == "state":

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from lakesync_platform.cli.run import run, setup
+from lakesync_platform.cli.run import dev, run, setup
 from lakesync_platform.install.jars import ICEBERG_RUNTIME_JAR, SHADED_JACKSON_JAR
+from lakesync_platform.settings import DataLayout
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .conftest import Pusher
@@ -87,3 +90,76 @@ def test_run_fails_with_nonzero_exit_on_a_bad_declaration(tmp_path: Path) -> Non
     )
     assert result.exit_code == 1
     assert "Invalid column type" in result.output
+
+
+def test_run_without_a_data_directory_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "data"
+    result = CliRunner().invoke(
+        run, ["flush", "--data-dir", str(missing), "--defs", str(tmp_path / "defs")]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"no data directory {missing}" in result.output
+    assert not missing.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_run_without_a_wal_creates_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(run, ["state", "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert f"no WAL at {tmp_path / 'wal.db'}" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_run_on_an_unknown_gateway_creates_nothing(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest
+) -> None:
+    defs = tmp_path / "defs"
+    defs.mkdir()
+    (defs / "t.yaml").write_text(
+        "gateway: declared\ntables:\n  - {table: t, columns: [{name: c, type: string}]}\n"
+    )
+    data = tmp_path / "data"
+    data.mkdir()
+    args = ["flush", "--gw", "nosuch", "--data-dir", str(data), "--defs", str(defs)]
+    if kind == "postgres":
+        url = str(request.getfixturevalue("postgres_url"))
+        args += ["--wal-url", url]
+    else:
+        url = DataLayout.at(data).wal_url
+    wal = WriteAheadLog.open(url)
+    wal.close()
+    before = sorted(data.iterdir())
+    result = CliRunner().invoke(run, args)
+    assert result.exit_code == 2, result.output
+    assert "unknown gateway 'nosuch'" in result.output and "known: declared" in result.output
+    assert sorted(data.iterdir()) == before
+    wal = WriteAheadLog.open(url)
+    try:
+        assert "nosuch" not in wal.gateway_ids()
+    finally:
+        wal.close()
+
+
+def test_dev_on_a_taken_port_says_which_and_by_what(tmp_path: Path) -> None:
+    with socket.socket() as taken, socket.socket() as free:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        free.bind(("127.0.0.1", 0))
+        port, free_port = taken.getsockname()[1], free.getsockname()[1]
+        free.close()
+        data = tmp_path / "data"
+        result = CliRunner().invoke(
+            dev,
+            [
+                "--data-dir",
+                str(data),
+                "--gateway-port",
+                str(port),
+                "--dagster-port",
+                str(free_port),
+            ],
+        )
+    assert result.exit_code == 2, result.output
+    assert f"Error: port {port} is already in use by pid {os.getpid()} (" in result.output
+    assert "--gateway-port" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not data.exists()
