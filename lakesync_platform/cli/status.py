@@ -7,7 +7,9 @@ from pathlib import Path
 
 import click
 
+from ..core.errors import LakeSyncError
 from ..settings import ENV_WAL_URL, DataLayout
+from .checks import NotReady, embedded_wal_file, require_data_dir
 from .options import data_dir_option
 
 __all__ = ["status"]
@@ -18,14 +20,27 @@ __all__ = ["status"]
 @click.option("--wal-url", envvar=ENV_WAL_URL)
 @click.option("--gw", help="Only this gateway id.")
 def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
-    """Show WAL counters per gateway id."""
+    """Show WAL counters per gateway id (reads only: creates nothing)."""
     from ..wal.store import WriteAheadLog
 
-    wal = WriteAheadLog.open(
-        wal_url or DataLayout.at(data_dir).wal_url, now_ms=int(time.time() * 1000)
-    )
+    if wal_url is None:
+        require_data_dir(data_dir)
+    url = wal_url or DataLayout.at(data_dir).wal_url
+    wal_file = embedded_wal_file(url)
+    if wal_file is not None and not wal_file.parent.is_dir():
+        raise NotReady(f"no directory {wal_file.parent} for the WAL {wal_file}")
+    if wal_file is not None and not wal_file.exists():
+        click.echo("no gateways yet")
+        return
     try:
-        ids = [gw] if gw else wal.gateway_ids()
+        wal = WriteAheadLog.open(url, now_ms=int(time.time() * 1000))
+    except LakeSyncError as exc:
+        raise click.ClickException(exc.message) from exc
+    try:
+        known = wal.gateway_ids()
+        if gw is not None and gw not in known:
+            raise NotReady(f"unknown gateway {gw!r} (known: {', '.join(known) or 'none'})")
+        ids = [gw] if gw else known
         if not ids:
             click.echo("no gateways yet")
         for gid in ids:

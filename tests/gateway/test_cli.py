@@ -14,6 +14,7 @@ from lakesync_platform.cli import main
 from lakesync_platform.cli.gateway import gateway_settings
 from lakesync_platform.core.auth import verify_token
 from lakesync_platform.settings import ENV_DATA_DIR, ENV_JWT_SECRET, DataLayout
+from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import ROOT
 
 
@@ -85,3 +86,22 @@ def test_status_on_an_empty_wal(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["status", "--data-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "no gateways yet"
+
+
+def test_status_without_a_data_directory_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nosuch"
+    result = CliRunner().invoke(main, ["status", "--data-dir", str(missing)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"no data directory {missing}" in result.output
+    assert f"lakesync gateway --data-dir {missing}" in result.output
+    assert "Traceback" not in result.output and not missing.exists()
+
+
+def test_status_creates_no_wal_and_names_an_unknown_gateway(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["status", "--data-dir", str(tmp_path)])
+    assert (result.exit_code, result.output.strip()) == (0, "no gateways yet")
+    assert list(tmp_path.iterdir()) == []
+    WriteAheadLog.open(DataLayout.at(tmp_path).wal_url).close()
+    typo = CliRunner().invoke(main, ["status", "--data-dir", str(tmp_path), "--gw", "nosuch"])
+    assert typo.exit_code == 2 and "unknown gateway 'nosuch'" in typo.output
