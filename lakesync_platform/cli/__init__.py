@@ -8,6 +8,9 @@ directory), and passes them down as settings objects:
 * ``token`` — mint a token (:mod:`.token`); ``status`` — WAL counters (:mod:`.status`);
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
   for development, supervised by :mod:`.dev` (:mod:`.run`).
+
+A missing data directory or WAL, an unknown gateway or a taken port stops a command with exit
+status 2 and one line, before anything is created (:mod:`.checks`).
 """
 
 from __future__ import annotations
