@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from assets.definitions import build_definitions
+from assets.gateway_assets import LAYER_TAG
 from lakesync_platform.wal.store import WriteAheadLog
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 from sensors.backlog import backlog_decision
@@ -84,6 +85,19 @@ def test_definitions_load_with_declared_and_registered_tables(
     job = sync_job_name(gw)
     assert {f"{job}_backlog", f"{job}_flush_requests"} <= names
     assert repo.has_job(job)
+
+
+def test_state_and_destination_assets_of_a_table_tell_apart(defs: dg.Definitions, gw: str) -> None:
+    """Both show as "todos" in the UI; description, kinds and layer tag say which is which."""
+    graph = defs.get_repository_def().asset_graph
+    state = graph.get(dg.AssetKey([gw, "state", "todos"]))
+    dest = graph.get(dg.AssetKey([gw, "local", "todos"]))
+    assert state.description is not None and dest.description is not None
+    assert state.description.startswith("Iceberg state table of 'todos' (lake)")
+    assert dest.description.startswith("'todos' in destination 'local' (sqlite)")
+    assert "iceberg" in state.kinds and "sqlite" not in state.kinds
+    assert dest.kinds == {"sqlite"}
+    assert state.tags[LAYER_TAG] == "lake" and dest.tags[LAYER_TAG] == "destination"
 
 
 @pytest.mark.spark
