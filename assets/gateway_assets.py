@@ -6,6 +6,10 @@ Asset keys (group = gateway id):
 * ``<gw>/state/<table>`` — one Iceberg state table per table (state);
 * ``<gw>/<destination>/<table>`` — one destination table per declared destination and table.
 
+The UI names an asset by the last part of its key, so a state table and its destination tables
+share a name; their descriptions, kinds (``iceberg`` vs ``sqlite``/``postgres``/``mysql``) and
+the tag ``lakesync/layer`` (``lake`` vs ``destination``) tell them apart.
+
 The job ``sync_<gw>`` (:func:`resources.sync_runs.sync_job_name`) materialises all of them in
 order, so state and destinations always follow a flush; sensors and the schedule launch it by
 name. Its runs carry the tag ``lakesync/gateway=<gw>``: a Dagster tag concurrency limit of 1 on
@@ -30,7 +34,10 @@ from lakesync_platform.pipeline.state import check_state_matches_log, run_state
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-__all__ = ["build_gateway_defs"]
+__all__ = ["LAYER_TAG", "build_gateway_defs"]
+
+LAYER_TAG = "lakesync/layer"
+"""Asset tag naming where an asset's data lives: ``lake`` (Iceberg) or ``destination``."""
 
 
 def _key_part(gw: str) -> str:
@@ -104,7 +111,11 @@ def build_gateway_defs(
                     deps=[deltas_key],
                     group_name=part,
                     kinds={"iceberg", "spark"},
-                    description=f"Per-column LWW state of {t!r} (Iceberg, MERGE INTO).",
+                    tags={LAYER_TAG: "lake"},
+                    description=(
+                        f"Iceberg state table of {t!r} (lake): per-column LWW state of gateway "
+                        f"{gw!r}, merged from the change log with MERGE INTO."
+                    ),
                 )
                 for t, key in state_keys.items()
             ],
@@ -145,7 +156,11 @@ def build_gateway_defs(
                     deps=[state_keys[t]],
                     group_name=part,
                     kinds={destinations[d].kind},
-                    description=f"{t!r} materialised into destination {d!r}.",
+                    tags={LAYER_TAG: "destination"},
+                    description=(
+                        f"{t!r} in destination {d!r} ({destinations[d].kind}), materialised "
+                        f"from the lake's state table of gateway {gw!r}."
+                    ),
                 )
                 for (d, t), key in dest_keys.items()
             ],

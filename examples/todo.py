@@ -4,12 +4,18 @@ Two people run it side by side against one gateway and watch their lists converg
 working offline. Every command works without the gateway; ``sync`` / ``shell`` / ``watch`` talk
 to it. See docs/client.md ("Try it: a shared todo list") for the full walk-through.
 
+The table is the demo's ``todos`` (:data:`lakesync_platform.testing.DEMO_TODOS`, the table of
+``defs/todos.yaml``), so the example runs against the gateway of ``lakesync dev`` too and lists
+the demo clients' rows beside its own. The writer of a todo is the first entry of its ``tags``.
+Each user's list is a SQLite file in the data directory: ``<data-dir>/todo-<user>.lakesync.db``.
+
     python examples/todo.py --user alice add "Buy milk"
     python examples/todo.py --user alice sync
     python examples/todo.py --user bob shell          # interactive, syncs every second
     python examples/todo.py --user alice watch        # live view of the list
 
-Options can also come from the environment: LAKESYNC_URL, LAKESYNC_GW, LAKESYNC_TOKEN.
+Options can also come from the environment: LAKESYNC_URL, LAKESYNC_GW, LAKESYNC_TOKEN,
+LAKESYNC_DATA_DIR.
 """
 
 from __future__ import annotations
@@ -20,50 +26,59 @@ import shlex
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from lakesync_platform.client import GatewayConfig, LakeSyncClient, TransportError, create_client
+from lakesync_platform.settings import ENV_DATA_DIR, DataLayout
+from lakesync_platform.testing import DEMO_TODOS
 
-TODOS = {
-    "table": "todos",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "done", "type": "boolean"},
-        {"name": "author", "type": "string"},
-        {"name": "created_ms", "type": "number"},
-    ],
-}
+TABLE = DEMO_TODOS["table"]
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    """The user's SQLite file: ``--db``, else ``<data-dir>/todo-<user>.lakesync.db``."""
+    if args.db:
+        return Path(args.db)
+    root = DataLayout.at(args.data_dir).root
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"todo-{args.user}.lakesync.db"
 
 
 def open_client(args: argparse.Namespace, auto_sync_ms: int = 0) -> LakeSyncClient:
     """The user's client: one SQLite file per user, talking to the gateway."""
     return create_client(
         name=f"todo-{args.user}",
-        schemas=[TODOS],
+        schemas=[DEMO_TODOS],
         client_id=args.user,
-        path=args.db or f"todo-{args.user}.db",
+        path=str(db_path(args)),
         gateway=GatewayConfig(url=args.url, gateway_id=args.gw, token=args.token or None),
         auto_sync_ms=auto_sync_ms,
     )
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """The list as text, open items first."""
+    """The list as text, open items first; the writer in parentheses when the row names one."""
     if not rows:
         return "  (nothing to do)"
     lines = []
     for row in rows:
-        mark = "x" if row["done"] else " "
-        lines.append(f"  [{mark}] {row['_rowId'][:8]}  {row['title']}  ({row['author']})")
+        mark = "x" if row["completed"] else " "
+        writer = f"  ({row['writer']})" if row["writer"] else ""
+        title = row["title"] if row["title"] is not None else "(untitled)"
+        lines.append(f"  [{mark}] {row['_rowId'][:8]}  {title}{writer}")
     return "\n".join(lines)
 
 
-LIST_SQL = "SELECT _rowId, title, done, author FROM todos ORDER BY done, created_ms, _rowId"
+LIST_SQL = (
+    "SELECT _rowId, title, completed, json_extract(tags, '$[0]') AS writer FROM todos"
+    " ORDER BY coalesce(completed, 0), title, _rowId"
+)
 
 
 def find(client: LakeSyncClient, prefix: str) -> str:
     """The full row id of the todo whose id starts with ``prefix``."""
-    ids = [r["_rowId"] for r in client.tracker.query("SELECT _rowId FROM todos")]
+    ids = [r["_rowId"] for r in client.tracker.query(f"SELECT _rowId FROM {TABLE}")]
     matches = [i for i in ids if i.startswith(prefix)]
     if len(matches) != 1:
         raise SystemExit(f"no single todo matches {prefix!r}")
@@ -75,21 +90,16 @@ def run_command(client: LakeSyncClient, words: list[str]) -> None:
     cmd, rest = words[0], words[1:]
     if cmd == "add":
         client.tracker.insert(
-            "todos",
+            TABLE,
             uuid.uuid4().hex,
-            {
-                "title": " ".join(rest),
-                "done": False,
-                "author": client.client_id,
-                "created_ms": time.time_ns() // 1_000_000,
-            },
+            {"title": " ".join(rest), "completed": False, "tags": [client.client_id]},
         )
     elif cmd in ("done", "undo"):
-        client.tracker.update("todos", find(client, rest[0]), {"done": cmd == "done"})
+        client.tracker.update(TABLE, find(client, rest[0]), {"completed": cmd == "done"})
     elif cmd == "rename":
-        client.tracker.update("todos", find(client, rest[0]), {"title": " ".join(rest[1:])})
+        client.tracker.update(TABLE, find(client, rest[0]), {"title": " ".join(rest[1:])})
     elif cmd == "rm":
-        client.tracker.delete("todos", find(client, rest[0]))
+        client.tracker.delete(TABLE, find(client, rest[0]))
     elif cmd == "sync":
         try:
             report = client.coordinator.sync_once()
@@ -151,7 +161,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", default=os.environ.get("LAKESYNC_URL", "http://127.0.0.1:8000"))
     parser.add_argument("--gw", default=os.environ.get("LAKESYNC_GW", "demo"))
     parser.add_argument("--token", default=os.environ.get("LAKESYNC_TOKEN"))
-    parser.add_argument("--db", help="local SQLite file (default todo-<user>.db)")
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get(ENV_DATA_DIR),
+        help="data directory holding the local SQLite files (default ./data)",
+    )
+    parser.add_argument(
+        "--db", help="local SQLite file (default <data-dir>/todo-<user>.lakesync.db)"
+    )
     parser.add_argument("--interval-ms", type=int, default=1000, help="auto-sync interval")
     parser.add_argument(
         "command",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +12,14 @@ import pytest
 import yaml
 
 from assets.definitions import build_definitions
+from assets.gateway_assets import LAYER_TAG
+from lakesync_platform.cli.dev import DevStackSettings
+from lakesync_platform.declarations import parse_declarations
+from lakesync_platform.testing import DEMO_GATEWAY, demo_todos_schema
 from lakesync_platform.wal.store import WriteAheadLog
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 from sensors.backlog import backlog_decision
+from tests.helpers import ROOT
 
 from .conftest import TODOS, Pusher
 
@@ -84,6 +91,43 @@ def test_definitions_load_with_declared_and_registered_tables(
     job = sync_job_name(gw)
     assert {f"{job}_backlog", f"{job}_flush_requests"} <= names
     assert repo.has_job(job)
+
+
+def test_state_and_destination_assets_of_a_table_tell_apart(defs: dg.Definitions, gw: str) -> None:
+    """Both show as "todos" in the UI; description, kinds and layer tag say which is which."""
+    graph = defs.get_repository_def().asset_graph
+    state = graph.get(dg.AssetKey([gw, "state", "todos"]))
+    dest = graph.get(dg.AssetKey([gw, "local", "todos"]))
+    assert state.description is not None and dest.description is not None
+    assert state.description.startswith("Iceberg state table of 'todos' (lake)")
+    assert dest.description.startswith("'todos' in destination 'local' (sqlite)")
+    assert "iceberg" in state.kinds and "sqlite" not in state.kinds
+    assert dest.kinds == {"sqlite"}
+    assert state.tags[LAYER_TAG] == "lake" and dest.tags[LAYER_TAG] == "destination"
+
+
+def test_docs_state_the_demo_backlog_thresholds() -> None:
+    """docs/pipeline.md names the thresholds ``lakesync dev`` gives the backlog sensor."""
+    defaults = {f.name: f.default for f in dataclasses.fields(DevStackSettings)}
+    text = (ROOT / "docs" / "pipeline.md").read_text()
+    assert f"LAKESYNC_BACKLOG_BYTES={defaults['backlog_bytes']}" in text
+    assert f"LAKESYNC_BACKLOG_AGE_SECONDS={defaults['backlog_age_seconds']}" in text
+
+
+def test_readme_yaml_declares_the_demo_table() -> None:
+    """The README's declarations example is the demo's table (defs/todos.yaml) with another
+    destination, and says so rather than claiming to be that file."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(#[^\n]*\ngateway:.*?)```", readme, re.S)
+    assert not block.startswith("# defs/todos.yaml\n")
+    decls = parse_declarations([("README.md", yaml.safe_load(block))])
+    shipped = parse_declarations(
+        [("todos.yaml", yaml.safe_load((ROOT / "defs" / "todos.yaml").read_text()))]
+    )
+    readme_gw = decls.gateways[DEMO_GATEWAY]
+    assert readme_gw.tables == shipped.gateways[DEMO_GATEWAY].tables
+    assert readme_gw.tables == {"todos": demo_todos_schema()}
+    assert {d.kind for d in readme_gw.destinations.values()} == {"postgres"}
 
 
 @pytest.mark.spark
