@@ -9,7 +9,13 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 
 from lakesync_platform.core.errors import ForbiddenError, NotFoundError, ValidationError
-from lakesync_platform.core.wire import decode_push, deltas_to_wire, parse_pull_limit, parse_since
+from lakesync_platform.core.wire import (
+    MAX_ID_LENGTH,
+    decode_push,
+    deltas_to_wire,
+    parse_pull_limit,
+    parse_since,
+)
 
 from ..auth import COUNTS_PUSH, Identity, client_guard
 from ..bodies import PullPageBody, PullResponse, PushRequest, PushResponse
@@ -26,8 +32,6 @@ from ..state import GatewayServices
 from ._json import json_response
 
 __all__ = ["SyncController"]
-
-_MAX_CLIENT_ID = 1024
 
 
 class SyncController(Controller):
@@ -107,8 +111,8 @@ class SyncController(Controller):
         if not since_raw or not client_id:
             raise ValidationError("Missing required query params: since, clientId")
         since = parse_since(since_raw)
-        if len(client_id) > _MAX_CLIENT_ID:
-            raise ValidationError(f"clientId is longer than {_MAX_CLIENT_ID} characters")
+        if len(client_id) > MAX_ID_LENGTH:
+            raise ValidationError(f"clientId is longer than {MAX_ID_LENGTH} characters")
         limit = parse_pull_limit(params.get("limit"))
         source = params.get("source")
         if source:
