@@ -1,8 +1,7 @@
 # One image for every LakeSync role (gateway, Dagster webserver/daemon, Spark driver).
 FROM python:3.11-slim-bookworm
 RUN apt-get update && apt-get install -y --no-install-recommends \
-        openjdk-17-jre-headless libxerial-sqlite-jdbc-java libpostgresql-jdbc-java \
-        libmariadb-java libjarjar-java unzip zip postgresql-client \
+        openjdk-17-jre-headless maven postgresql-client \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./

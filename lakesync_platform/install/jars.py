@@ -1,62 +1,93 @@
-"""The local jar folder: the Iceberg runtime and the JDBC drivers, from PyPI and Debian alone.
+"""The local jar folder, filled from Maven Central with ``mvn`` as a JVM project would fill it.
 
-1. ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar`` is copied from the
-   ``snowpark-connect-deps-iceberg`` wheel;
-2. that repack lacks Iceberg's shaded Jackson, so ``iceberg-shaded-jackson.jar`` is rebuilt from
-   pyspark's own Jackson 2.15.2 jars with Debian's ``jarjar``;
-3. the SQLite, PostgreSQL and MariaDB JDBC drivers are copied from their Debian packages, which
-   are ``apt-get install``-ed when missing;
-4. the fork-free local filesystem is compiled where a JDK is present
-   (:mod:`~lakesync_platform.install.local_fs`).
+``java/pom.xml`` (shipped in the package) is the one list of the jars the Spark session loads
+on top of pyspark's own — the Iceberg Spark runtime, the Iceberg AWS bundle, Hadoop's S3A with
+its AWS SDK, and the SQLite, PostgreSQL and MariaDB JDBC drivers — each pinned, with wildcard
+exclusions so that Maven adds nothing the file does not name. :func:`ensure_maven_jars` runs::
 
-Every step is idempotent: a jar already in the folder is kept.
+    mvn -q -f <pom> dependency:copy-dependencies -DoutputDirectory=<jar folder>
+
+unless the folder already holds every pinned jar (offline machines keep working once filled).
+Maven's own settings apply (``~/.m2``, ``MAVEN_OPTS``, mirrors in ``settings.xml``).
+:func:`ensure_jars` adds the lake's local filesystem jar
+(:mod:`~lakesync_platform.install.local_fs`).
 """
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import tempfile
-import zipfile
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
-from . import SetupError, package_dir
-from .debian import apt_install, dpkg_installed
-from .jdk import find_java
+from . import SetupError
 from .local_fs import ensure_local_fs_jar
 
 __all__ = [
-    "APT_PACKAGES",
-    "ICEBERG_RUNTIME_JAR",
-    "JDBC_DRIVER_JARS",
-    "SHADED_JACKSON_JAR",
+    "POM",
     "JarSet",
+    "MavenJar",
     "ensure_jars",
+    "ensure_maven_jars",
+    "maven_command",
+    "missing_jars",
+    "pinned_jars",
+    "spark_packages",
 ]
 
-ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-"""Iceberg 1.10.2 for Spark 3.5 / Scala 2.12, shipped by ``snowpark-connect-deps-iceberg``."""
-SHADED_JACKSON_JAR = "iceberg-shaded-jackson-2.15.2.jar"
-"""Jackson relocated to ``org.apache.iceberg.shaded.com.fasterxml.jackson`` (rebuilt locally)."""
-JDBC_DRIVER_JARS: Mapping[str, str] = {
-    "sqlite-jdbc.jar": "libxerial-sqlite-jdbc-java",
-    "postgresql.jar": "libpostgresql-jdbc-java",
-    "mariadb-java-client.jar": "libmariadb-java",
-}
-"""Driver jar under ``/usr/share/java`` → the Debian package that ships it."""
-APT_PACKAGES: tuple[str, ...] = (*JDBC_DRIVER_JARS.values(), "libjarjar-java")
-"""Every Debian package the set-up needs (README / CI install them up front)."""
+POM = Path(__file__).resolve().parent / "java" / "pom.xml"
+"""The Maven descriptor that pins every jar of the folder."""
+_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
-_JACKSON_JARS = (
-    "jackson-core-2.15.2.jar",
-    "jackson-databind-2.15.2.jar",
-    "jackson-annotations-2.15.2.jar",
-    "jackson-datatype-jsr310-2.15.2.jar",
-)
-_JARJAR = Path("/usr/share/java/jarjar.jar")
-_DEBIAN_JAVA = Path("/usr/share/java")
+
+@dataclass(frozen=True, slots=True)
+class MavenJar:
+    """One pinned artifact of :data:`POM`."""
+
+    group: str
+    artifact: str
+    version: str
+
+    @property
+    def file_name(self) -> str:
+        """The name ``dependency:copy-dependencies`` gives its jar."""
+        return f"{self.artifact}-{self.version}.jar"
+
+    @property
+    def coordinate(self) -> str:
+        """``group:artifact:version``, as ``spark.jars.packages`` takes it."""
+        return f"{self.group}:{self.artifact}:{self.version}"
+
+
+@cache
+def pinned_jars(pom: Path = POM) -> tuple[MavenJar, ...]:
+    """The artifacts ``pom`` pins, in its order (``${property}`` versions resolved)."""
+    root = ET.parse(pom).getroot()
+    props = {el.tag.split("}")[-1]: (el.text or "") for el in root.findall("m:properties/*", _NS)}
+    jars = []
+    for dep in root.findall("m:dependencies/m:dependency", _NS):
+        version = dep.findtext("m:version", "", _NS)
+        if version.startswith("${"):
+            version = props[version[2:-1]]
+        jars.append(
+            MavenJar(
+                dep.findtext("m:groupId", "", _NS), dep.findtext("m:artifactId", "", _NS), version
+            )
+        )
+    return tuple(jars)
+
+
+def spark_packages(pom: Path = POM) -> str:
+    """The same jars as Maven coordinates for ``spark.jars.packages`` (``LAKESYNC_SPARK_PACKAGES``).
+
+    Spark resolves these itself (with Ivy, transitively) instead of reading the jar folder.
+    """
+    return ",".join(jar.coordinate for jar in pinned_jars(pom))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,89 +95,80 @@ class JarSet:
     """The jars a session needs, all inside one folder."""
 
     folder: Path
-    iceberg_runtime: Path
-    shaded_jackson: Path
-    jdbc_drivers: tuple[Path, ...]
+    maven: tuple[Path, ...]
+    """The pinned jars of :data:`POM`, in its order."""
     local_fs: Path | None = None
     """The fork-free local filesystem (``None`` where no JDK could compile it)."""
 
     @property
     def all(self) -> tuple[Path, ...]:
-        """Every jar, runtime first (the order ``spark.jars`` gets)."""
+        """Every jar, in the order ``spark.jars`` gets them."""
         extra = (self.local_fs,) if self.local_fs is not None else ()
-        return (self.iceberg_runtime, self.shaded_jackson, *self.jdbc_drivers, *extra)
+        return (*self.maven, *extra)
 
 
-def _copy_if_missing(src: Path, dest: Path) -> Path:
-    if not dest.exists():
-        if not src.exists():
-            raise SetupError(f"expected jar not found: {src}")
-        tmp = dest.with_suffix(".tmp")
-        shutil.copyfile(src, tmp)
-        tmp.replace(dest)
-    return dest
+def maven_command(jar_dir: Path, pom: Path = POM) -> list[str]:
+    """The ``mvn`` command that copies the pinned jars into ``jar_dir``."""
+    return [
+        "mvn",
+        "-q",
+        "-B",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={jar_dir}",
+    ]
 
 
-def _build_shaded_jackson(dest: Path, java: Path) -> None:
-    jars = package_dir("pyspark") / "jars"
-    with tempfile.TemporaryDirectory(prefix="lakesync-jackson-") as tmp_name:
-        tmp = Path(tmp_name)
-        merged = tmp / "in.jar"
-        seen: set[str] = set()
-        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as out:
-            for name in _JACKSON_JARS:
-                with zipfile.ZipFile(jars / name) as src:
-                    for info in src.infolist():
-                        n = info.filename
-                        if (
-                            n in seen
-                            or n.startswith("META-INF/versions/")
-                            or n == "META-INF/MANIFEST.MF"
-                            or n.endswith(("module-info.class", ".SF", ".RSA", ".DSA"))
-                        ):
-                            continue
-                        seen.add(n)
-                        out.writestr(info, src.read(info))
-        rules = tmp / "rules.txt"
-        rules.write_text(
-            "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
+def missing_jars(jar_dir: Path, pom: Path = POM) -> tuple[MavenJar, ...]:
+    """The pinned jars not (yet) in ``jar_dir``."""
+    return tuple(jar for jar in pinned_jars(pom) if not (jar_dir / jar.file_name).is_file())
+
+
+def ensure_maven_jars(
+    jar_dir: Path, env: Mapping[str, str], pom: Path = POM
+) -> tuple[tuple[Path, ...], bool]:
+    """Fill ``jar_dir`` with the jars ``pom`` pins; return them and whether ``mvn`` ran.
+
+    Nothing runs when every pinned jar is already there. Otherwise ``mvn`` (looked up on
+    ``env``'s ``PATH`` and run in ``env``) copies them into a scratch folder inside ``jar_dir``,
+    and each jar is renamed into place, so an interrupted download never leaves a truncated jar
+    under a pinned name. Raises :class:`SetupError` naming the command when ``mvn`` is missing
+    or fails.
+    """
+    wanted = [jar_dir / jar.file_name for jar in pinned_jars(pom)]
+    if not missing_jars(jar_dir, pom):
+        return tuple(wanted), False
+    command = maven_command(jar_dir, pom)
+    mvn = shutil.which("mvn", path=env.get("PATH"))
+    if mvn is None:
+        raise SetupError(
+            f"mvn not found: install Maven (apt-get install maven), then run "
+            f"`{shlex.join(command)}` — or set LAKESYNC_SPARK_PACKAGES to let Spark fetch "
+            "the jars itself"
         )
-        out_jar = tmp / "out.jar"
+    jar_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".mvn-", dir=jar_dir) as scratch:
         result = subprocess.run(
-            [str(java), "-jar", str(_JARJAR), "process", str(rules), str(merged), str(out_jar)],
+            [mvn, *maven_command(Path(scratch), pom)[1:]],
             capture_output=True,
             text=True,
+            env=dict(env),
             check=False,
         )
-        if result.returncode != 0 or not out_jar.exists():
-            raise SetupError(f"jarjar failed: {result.stderr[-2000:]}")
-        shutil.copyfile(out_jar, dest.with_suffix(".tmp"))
-        dest.with_suffix(".tmp").replace(dest)
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip()[-2000:]
+            raise SetupError(f"`{shlex.join(command)}` failed (exit {result.returncode}): {output}")
+        for path in wanted:
+            fetched = Path(scratch) / path.name
+            if not fetched.is_file():
+                raise SetupError(f"`{shlex.join(command)}` did not produce {path.name}")
+            fetched.replace(path)
+    return tuple(wanted), True
 
 
-def ensure_jars(jar_dir: Path, env: Mapping[str, str], *, install_packages: bool = True) -> JarSet:
-    """Fill ``jar_dir`` with the Iceberg runtime, shaded Jackson and JDBC drivers; idempotent.
-
-    ``env`` is the process environment Java and the system tools are looked up (and run) in.
-    ``install_packages=False`` fails instead of calling ``apt-get`` for missing Debian packages.
-    """
-    jar_dir.mkdir(parents=True, exist_ok=True)
-    runtime = _copy_if_missing(
-        package_dir("snowpark_connect_deps_iceberg") / "jars" / ICEBERG_RUNTIME_JAR,
-        jar_dir / ICEBERG_RUNTIME_JAR,
-    )
-    needed_debs = [pkg for jar, pkg in JDBC_DRIVER_JARS.items() if not (jar_dir / jar).exists()]
-    jackson = jar_dir / SHADED_JACKSON_JAR
-    if not jackson.exists():
-        needed_debs.append("libjarjar-java")
-    if needed_debs:
-        if install_packages:
-            apt_install(needed_debs, env)
-        else:
-            missing = [p for p in needed_debs if not dpkg_installed(p)]
-            if missing:
-                raise SetupError(f"Debian packages missing: {' '.join(missing)}")
-    drivers = tuple(_copy_if_missing(_DEBIAN_JAVA / jar, jar_dir / jar) for jar in JDBC_DRIVER_JARS)
-    if not jackson.exists():
-        _build_shaded_jackson(jackson, find_java(env).java)
-    return JarSet(jar_dir, runtime, jackson, drivers, ensure_local_fs_jar(jar_dir, env))
+def ensure_jars(jar_dir: Path, env: Mapping[str, str]) -> JarSet:
+    """The pinned jars (:func:`ensure_maven_jars`) and the lake's local filesystem jar in
+    ``jar_dir``; idempotent. ``env`` is the process environment tools are looked up in."""
+    maven, _ = ensure_maven_jars(jar_dir, env)
+    return JarSet(jar_dir, maven, ensure_local_fs_jar(jar_dir, env))

@@ -4,8 +4,9 @@ Embedded default: ``local[*]``, an Iceberg JDBC catalog on SQLite at ``<data-dir
 and the warehouse folder ``<data-dir>/warehouse``. To scale out, the same code runs with
 ``master`` pointing at a cluster, ``catalog_uri`` on Postgres and ``warehouse`` on S3.
 
-The Iceberg runtime comes either from Maven coordinates (``packages``, online users) or from a
-local jar folder (``jar_dir``, filled by :func:`lakesync_platform.install.jars.ensure_jars`).
+The jars (Iceberg runtime and AWS bundle, S3A, JDBC drivers) come either from the local jar
+folder (``jar_dir``, filled with ``mvn`` by :func:`lakesync_platform.install.jars.ensure_jars`)
+or from Maven coordinates that Spark resolves itself (``packages``).
 Settings are plain values passed in, the process environment included: the factory reads it
 only to find Java and never changes it beyond the JVM's launch.
 """
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATALOG",
-    "ICEBERG_PACKAGES",
     "SparkSettings",
     "create_spark_session",
     "local_pyiceberg_catalog",
@@ -40,8 +40,6 @@ __all__ = [
 
 CATALOG = "lakesync"
 """The catalog name on both sides (Spark and pyiceberg store it as a column: they must agree)."""
-ICEBERG_PACKAGES = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
-"""Maven coordinates of the runtime, for machines that reach Maven Central."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,8 +49,9 @@ class SparkSettings:
     ``catalog_uri`` is a JDBC URL (``jdbc:sqlite:…`` or ``jdbc:postgresql://…``; default
     ``jdbc:sqlite:<data-dir>/catalog.db``) with optional ``catalog_user``/``catalog_password``.
     ``warehouse`` is a ``file://`` or ``s3://`` URI (default ``file://<data-dir>/warehouse``).
-    Give ``packages`` (Maven coordinates) *or* ``jar_dir`` (local folder, the default
-    ``<data-dir>/jars``) for the Iceberg runtime. ``fork_free_local_fs`` lets the catalog write
+    Give ``packages`` (Maven coordinates for ``spark.jars.packages``, e.g.
+    :func:`~lakesync_platform.install.jars.spark_packages`) *or* ``jar_dir`` (the local folder,
+    default ``<data-dir>/jars``) for the jars. ``fork_free_local_fs`` lets the catalog write
     a ``file:`` warehouse through
     :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
     ``chmod`` process per file). ``extra_conf`` is applied last.

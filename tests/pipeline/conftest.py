@@ -22,22 +22,24 @@ from lakesync_platform.core.schema import TableSchema, parse_table_schema
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
+REPO = Path(__file__).resolve().parents[2]
 NOW_MS = 1_767_000_000_000
 """The fixed wall clock of test WALs (HLCs are stamped at or before it)."""
 
 
 @pytest.fixture(scope="session")
 def lake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The data directory of the shared Spark session (catalog.db, warehouse, jars)."""
+    """The data directory of the shared Spark session (catalog.db, warehouse)."""
     return tmp_path_factory.mktemp("lake")
 
 
 @pytest.fixture(scope="session")
 def spark_settings(lake_dir: Path) -> Any:
-    """Settings of the one Spark session."""
+    """Settings of the one Spark session, on the jar folder ``lakesync setup`` fills in the
+    repository (``scripts/setup.sh``; filled here on first use)."""
     from lakesync_platform.spark.session import SparkSettings
 
-    return SparkSettings(data_dir=lake_dir, shuffle_partitions=2)
+    return SparkSettings(data_dir=lake_dir, jar_dir=REPO / "data" / "jars", shuffle_partitions=2)
 
 
 @pytest.fixture(scope="session")
