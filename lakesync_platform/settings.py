@@ -25,6 +25,13 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_SPARK_MASTER",
+    "ENV_AWS_ACCESS_KEY_ID",
+    "ENV_AWS_DEFAULT_REGION",
+    "ENV_AWS_ENDPOINT_URL",
+    "ENV_AWS_ENDPOINT_URL_S3",
+    "ENV_AWS_REGION",
+    "ENV_AWS_SECRET_ACCESS_KEY",
+    "ENV_AWS_SESSION_TOKEN",
     "ENV_BACKLOG_AGE_SECONDS",
     "ENV_BACKLOG_BYTES",
     "ENV_CATALOG_URI",
@@ -40,6 +47,7 @@ __all__ = [
     "ENV_WAREHOUSE",
     "DataLayout",
     "GatewaySettings",
+    "ObjectStoreSettings",
     "PipelineSettings",
 ]
 
@@ -58,6 +66,17 @@ ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
 ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
 ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
 ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
+
+# The AWS SDKs' and CLI's own variables (an S3 warehouse): credentials, region, and a custom
+# endpoint for S3-compatible stores (R2, MinIO); ``AWS_ENDPOINT_URL_S3`` wins over the general
+# ``AWS_ENDPOINT_URL``, ``AWS_REGION`` over ``AWS_DEFAULT_REGION``, as in the SDKs.
+ENV_AWS_ACCESS_KEY_ID = "AWS_ACCESS_KEY_ID"
+ENV_AWS_SECRET_ACCESS_KEY = "AWS_SECRET_ACCESS_KEY"
+ENV_AWS_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+ENV_AWS_REGION = "AWS_REGION"
+ENV_AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
+ENV_AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
+ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
 
 # ---------------------------------------------------------------- defaults
 
@@ -153,10 +172,38 @@ class GatewaySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ObjectStoreSettings:
+    """How the lake reaches an S3 warehouse (``LAKESYNC_WAREHOUSE=s3://bucket/prefix``).
+
+    Read from the standard AWS variables; ``None`` leaves a value to the AWS SDKs' own lookup
+    (instance profiles, ``~/.aws``). ``endpoint`` is set for S3-compatible stores (R2, MinIO,
+    a local server), which are then addressed path-style.
+    """
+
+    endpoint: str | None = None
+    region: str | None = None
+    access_key_id: str | None = None
+    secret_access_key: str | None = None
+    session_token: str | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ObjectStoreSettings:
+        """The ``AWS_*`` variables of ``env``."""
+        return cls(
+            endpoint=env.get(ENV_AWS_ENDPOINT_URL_S3) or env.get(ENV_AWS_ENDPOINT_URL) or None,
+            region=env.get(ENV_AWS_REGION) or env.get(ENV_AWS_DEFAULT_REGION) or None,
+            access_key_id=env.get(ENV_AWS_ACCESS_KEY_ID) or None,
+            secret_access_key=env.get(ENV_AWS_SECRET_ACCESS_KEY) or None,
+            session_token=env.get(ENV_AWS_SESSION_TOKEN) or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineSettings:
     """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
 
-    Empty values mean the embedded defaults of :class:`DataLayout`. ``env`` is the environment
+    Empty values mean the embedded defaults of :class:`DataLayout`. ``warehouse`` is a
+    ``file://`` or ``s3://`` URI, reached with ``object_store``. ``env`` is the environment
     used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
     available there).
     """
@@ -169,6 +216,7 @@ class PipelineSettings:
     warehouse: str | None = None
     jar_dir: Path | None = None
     spark_packages: str | None = None
+    object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     env: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -213,5 +261,6 @@ class PipelineSettings:
             warehouse=env.get(ENV_WAREHOUSE) or None,
             jar_dir=Path(jar_dir) if jar_dir else None,
             spark_packages=env.get(ENV_SPARK_PACKAGES) or None,
+            object_store=ObjectStoreSettings.from_env(env),
             env=dict(env),
         )

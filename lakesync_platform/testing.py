@@ -6,6 +6,8 @@
 * The demo's ``todos`` table (:data:`DEMO_TODOS`, :func:`demo_todos_schema`) and its
   declarations file (:func:`demo_declarations_yaml`), one definition for the demo, the examples,
   the tests and the benchmarks.
+* :class:`S3Server` — moto's S3-speaking server in a subprocess on a free loopback port, with
+  the ``AWS_*`` environment that points the lake at it.
 * :func:`free_port`, :func:`dev_token`.
 
 The test suite, the benchmarks and ``lakesync dev`` use these; nothing else in the package
@@ -35,7 +37,13 @@ from typing import Any
 
 from .core.auth import sign_token
 from .core.schema import TableSchema, parse_table_schema
-from .settings import ENV_DATA_DIR
+from .settings import (
+    ENV_AWS_ACCESS_KEY_ID,
+    ENV_AWS_ENDPOINT_URL,
+    ENV_AWS_REGION,
+    ENV_AWS_SECRET_ACCESS_KEY,
+    ENV_DATA_DIR,
+)
 
 __all__ = [
     "DEMO_GATEWAY",
@@ -260,6 +268,89 @@ class GatewayProcess:
             self.kill()
 
     def __enter__(self) -> GatewayProcess:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class S3Server:
+    """moto's S3 server (``python -m moto.server``, from ``moto[server]``) on a free loopback
+    port: a real S3 wire protocol for Spark's and pyiceberg's S3 clients, state in memory."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL (``AWS_ENDPOINT_URL``)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The standard AWS variables that point an S3 client at this server."""
+        return {
+            ENV_AWS_ENDPOINT_URL: self.endpoint,
+            ENV_AWS_REGION: "us-east-1",
+            ENV_AWS_ACCESS_KEY_ID: "testing",
+            ENV_AWS_SECRET_ACCESS_KEY: "testing",
+        }
+
+    def _request(self, method: str, path: str) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        try:
+            conn.request(method, path)
+            response = conn.getresponse()
+            response.read()
+            return response.status
+        finally:
+            conn.close()
+
+    def start(self, timeout: float = 60.0) -> S3Server:
+        """Start the server and wait until it answers."""
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"moto server exited with {self.proc.returncode}")
+            try:
+                if self._request("GET", "/") == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("moto server did not answer")
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (S3 ``CreateBucket``)."""
+        status = self._request("PUT", f"/{name}")
+        if status != 200:
+            raise RuntimeError(f"CreateBucket {name!r} answered {status}")
+
+    def stop(self) -> None:
+        """Stop the server (its buckets are gone with it)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+    def __enter__(self) -> S3Server:
         return self if self.proc is not None else self.start()
 
     def __exit__(

@@ -31,7 +31,7 @@ from ..declarations import (
     load_declarations,
 )
 from ..settings import PipelineSettings
-from ..spark.session import SparkSettings, create_spark_session, local_pyiceberg_catalog
+from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
 from ..wal.store import WriteAheadLog
 
 if TYPE_CHECKING:
@@ -53,6 +53,13 @@ def spark_settings(settings: PipelineSettings) -> SparkSettings:
         warehouse=settings.warehouse,
         jar_dir=settings.jar_dir,
         packages=settings.spark_packages,
+        s3=S3Access(
+            endpoint=settings.object_store.endpoint,
+            region=settings.object_store.region,
+            access_key_id=settings.object_store.access_key_id,
+            secret_access_key=settings.object_store.secret_access_key,
+            session_token=settings.object_store.session_token,
+        ),
     )
 
 
