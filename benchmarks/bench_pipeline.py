@@ -13,6 +13,13 @@ For N WAL entries (default 100k and 1M) over N/10 rows on one gateway, each roun
 * **incremental** (no target, for the record) — N/10 more entries over the same rows, then flush,
   state (``MERGE INTO``) and materialise (COPY into a stage, ``INSERT … ON CONFLICT``, soft
   deletes) again.
+* **object storage** — flush + state of the same N entries with the warehouse in a bucket of a
+  local S3 server (moto's, on loopback), beside the local-disk figure of the same run: once with
+  the catalog's I/O through Iceberg's ``S3FileIO`` (what the pipeline uses) and once through
+  Hadoop's S3A (``HadoopFileIO``), for the record. Spark allows one session per process, so each
+  runs in a child process of this one (``--object-store-run``) with the same protocol: a warm-up
+  round, then ``--repeat`` rounds per size; medians of flush + state seconds, and ratio = S3 /
+  local disk.
 
 Protocol: the JVM is warmed up first with one full round at 100k (JIT-compiled code paths; its
 figures are kept in the JSON as ``cold_round`` — a fresh JVM is markedly slower), then each size
@@ -26,7 +33,7 @@ The lake is written through the fork-free local filesystem when set-up could bui
 The plain Parquet write always uses the session's default filesystem.
 
 Usage: ``python benchmarks/bench_pipeline.py [--sizes 100000,1000000] [--repeat 3] [--pg-url URL]
-[--hadoop-local-fs]``.
+[--hadoop-local-fs] [--no-object-store]``.
 Prints a table and writes ``benchmarks/results/pipeline.json``.
 """
 
@@ -39,6 +46,8 @@ import platform
 import random
 import shutil
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,17 +67,19 @@ from benchmarks.harness.output import RESULTS, write_json
 from benchmarks.harness.stats import median_item
 from lakesync_platform.adapters.sql import SqlAdapter
 from lakesync_platform.core.hlc import encode
+from lakesync_platform.settings import ObjectStoreSettings
 from lakesync_platform.spark.flush import flush_gateway
 from lakesync_platform.spark.layout import state_table
 from lakesync_platform.spark.materialise import materialise_table
 from lakesync_platform.spark.session import (
+    S3Access,
     SparkSettings,
     create_spark_session,
     local_pyiceberg_catalog,
 )
 from lakesync_platform.spark.state import update_state
 from lakesync_platform.spark.wal_source import jdbc_source, read_wal_entries
-from lakesync_platform.testing import demo_todos_schema
+from lakesync_platform.testing import S3Server, demo_todos_schema
 from lakesync_platform.wal.store import WriteAheadLog
 
 SCHEMA = demo_todos_schema()
@@ -239,6 +250,97 @@ def bench_round(
     return r
 
 
+def flush_state_round(spark: Any, meter: Meter, work: Path, n: int) -> dict[str, Any]:
+    """Flush + state of ``n`` fresh WAL entries (a first load), nothing else."""
+    gw = f"bench_{n}_{uuid.uuid4().hex[:6]}"
+    path = work / f"wal_{gw}.db"
+    r: dict[str, Any] = {"entries": n}
+    url = fill_wal(path, gw, n, max(1000, n // 10))
+    wal = WriteAheadLog.open(url)
+    try:
+        with meter.section(r, "flush"):
+            flushed = flush_gateway(spark, wal, jdbc_source(url), gw)
+        with meter.section(r, "state"):
+            update_state(spark, gw, SCHEMA)
+        assert flushed.entries == n, flushed
+        r["flush_state_s"] = round(r["flush_s"] + r["state_s"], 3)
+        r["flush_state_deltas_per_s"] = round(n / r["flush_state_s"])
+    finally:
+        wal.close()
+        path.unlink(missing_ok=True)
+    return r
+
+
+_S3A_CATALOG_IO = {
+    # The catalog's files through Hadoop's S3A instead of Iceberg's S3FileIO.
+    "spark.sql.catalog.lakesync.io-impl": "org.apache.iceberg.hadoop.HadoopFileIO",
+    "spark.hadoop.fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+}
+
+
+def object_store_run(io: str, sizes: list[int], repeat: int, warmup: int, out: Path) -> None:
+    """The child process: flush + state rounds with the warehouse on a local S3 server."""
+    work = Path(tempfile.mkdtemp(prefix="lakesync-bench-s3-"))
+    try:
+        with S3Server() as s3:
+            s3.create_bucket("bench")
+            store = ObjectStoreSettings.from_env(s3.env)
+            settings = SparkSettings(
+                data_dir=work / "lake",
+                warehouse="s3://bench/warehouse",
+                s3=S3Access(
+                    store.endpoint, store.region, store.access_key_id, store.secret_access_key
+                ),
+                driver_memory="6g",
+                shuffle_partitions=8,
+                extra_conf=_S3A_CATALOG_IO if io == "s3a" else {},
+            )
+            spark = create_spark_session(settings, env=os.environ)
+            meter = Meter(spark)
+            report: dict[str, Any] = {
+                "io": io,
+                "cold_round": flush_state_round(spark, meter, work, warmup),
+            }
+            report["results"] = []
+            for n in sizes:
+                rounds = [flush_state_round(spark, meter, work, n) for _ in range(repeat)]
+                report["results"].append(
+                    {
+                        "entries": n,
+                        "flush_state_s": statistics.median(r["flush_state_s"] for r in rounds),
+                        "all_rounds": rounds,
+                    }
+                )
+            spark.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out.write_text(json.dumps(report))
+
+
+def object_store_figures(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Run :func:`object_store_run` in a child process for each catalog I/O; their reports."""
+    figures: dict[str, Any] = {}
+    for io in ("s3fileio", "s3a"):
+        out = work / f"object-store-{io}.json"
+        command = [
+            sys.executable,
+            __file__,
+            "--object-store-run",
+            io,
+            "--sizes",
+            args.sizes,
+            "--repeat",
+            str(args.repeat),
+            "--warmup",
+            str(args.warmup),
+            "--out",
+            str(out),
+        ]
+        subprocess.run(command, check=True)
+        figures[io] = json.loads(out.read_text())
+    return figures
+
+
 def plain_copy(spark: Any, gw: str, pg_url: str, meter: Meter, into: dict[str, Any]) -> int:
     """COPY the same live state rows (already in memory) into an empty Postgres table, timed
     into ``into['plain_copy_s']``; return the row count."""
@@ -286,9 +388,16 @@ def main() -> None:
         help="write the lake through Hadoop's default local filesystem (a chmod process per "
         "file) instead of the fork-free one, to measure what that one saves",
     )
+    parser.add_argument(
+        "--no-object-store", action="store_true", help="skip the flush + state rounds on S3"
+    )
+    parser.add_argument("--object-store-run", choices=["s3fileio", "s3a"], help=argparse.SUPPRESS)
     parser.add_argument("--out", default=str(RESULTS / "pipeline.json"))
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.object_store_run:
+        object_store_run(args.object_store_run, sizes, args.repeat, args.warmup, Path(args.out))
+        return
     postgres = PostgresBackend(args.pg_url)
     pg_url = postgres.fresh("pipeline")
     work = Path(tempfile.mkdtemp(prefix="lakesync-bench-"))
@@ -332,8 +441,24 @@ def main() -> None:
             for key in _MATERIALISE_KEYS:
                 median[key] = by_mat[key]
             median["all_rounds"] = rounds
+            median["local_flush_state_median_s"] = statistics.median(
+                r["flush_state_s"] for r in rounds
+            )
             report["results"].append(median)
         spark.stop()
+        if not args.no_object_store:
+            report["object_store"] = object_store_figures(args, work)
+            for r, s3, s3a in zip(
+                report["results"],
+                report["object_store"]["s3fileio"]["results"],
+                report["object_store"]["s3a"]["results"],
+                strict=True,
+            ):
+                local = r["local_flush_state_median_s"]
+                r["s3_flush_state_s"] = s3["flush_state_s"]
+                r["s3_ratio"] = round(s3["flush_state_s"] / local, 2)
+                r["s3a_flush_state_s"] = s3a["flush_state_s"]
+                r["s3a_ratio"] = round(s3a["flush_state_s"] / local, 2)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         postgres.drop(pg_url)
@@ -352,6 +477,17 @@ def main() -> None:
             f"{r['materialise_ratio']:>6} {inc['flush_state_deltas_per_s']:>13} "
             f"{inc['materialise_rows_per_s']:>15}"
         )
+    if "object_store" in report:
+        print(
+            f"{'entries':>9} {'local disk s':>12} {'S3 (S3FileIO) s':>15} {'ratio':>6} "
+            f"{'S3 (S3A) s':>10} {'ratio':>6}   flush + state, medians"
+        )
+        for r in report["results"]:
+            print(
+                f"{r['entries']:>9} {r['local_flush_state_median_s']:>12} "
+                f"{r['s3_flush_state_s']:>15} {r['s3_ratio']:>6} {r['s3a_flush_state_s']:>10} "
+                f"{r['s3a_ratio']:>6}"
+            )
     for r in report["results"]:
         for key in ("flush_state_ratio", "materialise_ratio"):
             values = [x[key] for x in r["all_rounds"]]

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATALOG",
+    "S3_FILE_IO",
     "S3Access",
     "SparkSettings",
     "create_spark_session",
