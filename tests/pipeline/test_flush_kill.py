@@ -18,6 +18,8 @@ from lakesync_platform.spark.layout import deltas_table
 from lakesync_platform.spark.wal_source import jdbc_source
 from lakesync_platform.wal.store import WriteAheadLog
 
+from .conftest import REPO
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 ENTRIES = 150_000
@@ -81,6 +83,7 @@ def test_flush_killed_mid_write_then_rerun(
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "LAKESYNC_JAR_DIR": str(REPO / "data" / "jars")},  # the suite's jars
         start_new_session=True,
     )
     killed_while_writing = False
