@@ -43,7 +43,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from google.api_core.client_options import ClientOptions
-from google.api_core.exceptions import GoogleAPIError, NotFound
+from google.api_core.exceptions import GoogleAPIError, NotFound, ServerError
+from google.api_core.retry import if_exception_type
 from google.auth.credentials import AnonymousCredentials
 from google.auth.exceptions import GoogleAuthError
 from google.cloud import bigquery
@@ -188,12 +189,14 @@ class BigQueryAdapter:
         return adapter
 
     def check_reachable(self) -> None:
-        """Ask for the dataset once, without retries: an unreachable endpoint or refused
-        credentials fail here, before anything is written (a missing dataset is fine)."""
+        """Ask for the dataset: an unreachable endpoint or refused credentials fail here at
+        once, before anything is written (only server errors are retried, for a few seconds;
+        a missing dataset is fine — it is created on first use)."""
+        retry = bigquery.DEFAULT_RETRY.with_predicate(if_exception_type(ServerError))
         try:
             self.client.get_dataset(
                 self._dataset_ref,
-                retry=bigquery.DEFAULT_RETRY.with_timeout(_PROBE_TIMEOUT_S),
+                retry=retry.with_timeout(_PROBE_TIMEOUT_S),
                 timeout=_PROBE_TIMEOUT_S,
             )
         except NotFound:
