@@ -136,6 +136,20 @@ def test_first_load_then_upserts_and_soft_deletes(destination: Any) -> None:
     assert back["r3"]["meta"] == "s" and back["r3"]["deleted_at"] is not None
 
 
+def test_delete_many_ids(destination: Any) -> None:
+    """A delete of more ids than one statement binds (SQL: chunks; BigQuery: a stage table)."""
+    schema = parse_table_schema({"table": "bulk", "columns": [{"name": "v", "type": "string"}]})
+    destination.ensure_table(schema)
+    live = [(f"r{i}", str(i)) for i in range(1500)]
+    with destination.transaction() as conn:
+        destination.upsert_arrow(conn, schema, _arrow(["row_id", "v"], live), FIRST)
+    ids = [f"r{i}" for i in range(0, 1500, 2)] + [f"missing{i}" for i in range(1200)]
+    with destination.transaction() as conn:
+        assert destination.delete_rows(conn, schema, ids, LATER) == 750
+    rows = destination.read_rows("bulk")
+    assert sum(r["deleted_at"] is not None for r in rows) == 750 and len(rows) == 1500
+
+
 def test_upsert_keyed_by_external_id(destination: Any) -> None:
     """With ``externalIdColumn`` the upsert matches on it: a new row id for a known external id
     updates that row instead of adding one."""
