@@ -134,6 +134,14 @@ class BigQueryTransaction:
         job.result()
         return int(job.num_dml_affected_rows or 0)
 
+    def read(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        """Run a query inside the transaction once it began (it sees the transaction's own
+        writes), before that on its own; return its rows as dicts."""
+        if self.session_id is None:
+            return self.adapter._query(sql, **params)
+        job = self.adapter.client.query(sql, job_config=self._config(self.session_id, params))
+        return [dict(row.items()) for row in job.result()]
+
     @staticmethod
     def _config(session_id: str, params: dict[str, Any]) -> bigquery.QueryJobConfig:
         props = [bigquery.ConnectionProperty("session_id", session_id)]
@@ -350,7 +358,7 @@ class BigQueryAdapter:
     def is_empty(self, conn: BigQueryTransaction, name: str) -> bool:
         """Whether the destination table holds no row."""
         with self._translated(f"read of {name}"):
-            return not self._query(f"SELECT 1 AS one FROM {self._table(name)} LIMIT 1")
+            return not conn.read(f"SELECT 1 AS one FROM {self._table(name)} LIMIT 1")
 
     def _stage(self, conn: BigQueryTransaction, rows: pa.Table, types: Sequence[str]) -> str:
         """Load ``rows`` (column ``i`` of BigQuery type ``types[i]``; JSON as text) into a new
