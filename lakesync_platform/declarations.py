@@ -11,9 +11,15 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         softDelete: true
     destinations:                 # where state is materialised
       - name: warehouse           # identifier; the Dagster asset is <gateway>/<name>/<table>
-        kind: postgres            # postgres | mysql | sqlite
+        kind: postgres            # postgres | mysql | sqlite | bigquery
         url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
         tables: [todos]           # optional; default: every table of the gateway ("*")
+      - name: analytics
+        kind: bigquery            # credentials: Application Default Credentials
+        project: ${GOOGLE_CLOUD_PROJECT}
+        dataset: lakesync         # created on first use
+        location: EU              # optional; the dataset's location
+        endpoint: http://127.0.0.1:9050   # optional: an emulator (anonymous credentials)
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
 destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
@@ -57,7 +63,8 @@ __all__ = [
     "parse_declarations",
 ]
 
-DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
+DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
+_BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
 _RESERVED: Final = frozenset(("syncRules", "connectors"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
@@ -71,12 +78,17 @@ class DeclarationError(LakeSyncError):
 
 @dataclass(frozen=True, slots=True)
 class DestinationDecl:
-    """A SQL destination: ``url`` may hold ``${VAR}`` references (expanded at run time)."""
+    """A destination: a SQL database at ``url`` or (``kind: bigquery``) a dataset of a Google
+    Cloud project. String values may hold ``${VAR}`` references (expanded at run time)."""
 
     name: str
     kind: str
-    url: str
+    url: str | None
     tables: tuple[str, ...] | None = None
+    project: str | None = None
+    dataset: str | None = None
+    location: str | None = None
+    endpoint: str | None = None
 
     def covers(self, table: str) -> bool:
         """Whether this destination receives ``table`` (``tables`` unset = every table)."""
@@ -128,8 +140,12 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
 
     name: str
     kind: str
-    url: Annotated[str, msgspec.Meta(min_length=1)]
+    url: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     tables: list[str] | Literal["*"] | None = "*"
+    project: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    dataset: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    location: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    endpoint: Annotated[str, msgspec.Meta(min_length=1)] | None = None
 
 
 class _Document(msgspec.Struct, forbid_unknown_fields=True):
@@ -175,15 +191,66 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
         raise _error(
             where, f"{path}.kind", f"destination {name!r} kind must be one of {DESTINATION_KINDS}"
         )
-    if raw.tables is None or raw.tables == "*":
-        return DestinationDecl(name, raw.kind, raw.url, None)
-    tables = []
-    for j, table in enumerate(raw.tables):
+    if raw.kind == "bigquery":
+        _check_bigquery(where, path, name, raw)
+    else:
+        if raw.url is None:
+            raise _error(
+                where, f"{path}.url", f"destination {name!r} of kind {raw.kind} needs a url"
+            )
+        for key in _BIGQUERY_KEYS:
+            if getattr(raw, key) is not None:
+                raise _error(
+                    where, f"{path}.{key}", f"{key!r} applies to kind bigquery, not {raw.kind}"
+                )
+    tables: list[str] | None = None
+    if raw.tables is not None and raw.tables != "*":
+        tables = []
+        for j, table in enumerate(raw.tables):
+            try:
+                tables.append(check_identifier(table, "table"))
+            except SchemaError as exc:
+                raise _error(where, f"{path}.tables[{j}]", exc.message) from exc
+    return DestinationDecl(
+        name,
+        raw.kind,
+        raw.url,
+        None if tables is None else tuple(tables),
+        project=raw.project,
+        dataset=raw.dataset,
+        location=raw.location,
+        endpoint=raw.endpoint,
+    )
+
+
+def _check_bigquery(where: str, path: str, name: str, raw: _Destination) -> None:
+    """A BigQuery destination names its project and dataset and no URL; the dataset is an
+    identifier and the endpoint an http(s) URL (unless they are ``${VAR}`` references)."""
+    if raw.url is not None:
+        raise _error(
+            where,
+            f"{path}.url",
+            f"destination {name!r} of kind bigquery takes project and dataset, not a url",
+        )
+    for key in ("project", "dataset"):
+        if getattr(raw, key) is None:
+            raise _error(
+                where, f"{path}.{key}", f"destination {name!r} of kind bigquery needs a {key}"
+            )
+    if raw.dataset is not None and not _ENV_RE.search(raw.dataset):
         try:
-            tables.append(check_identifier(table, "table"))
+            check_identifier(raw.dataset, "dataset")
         except SchemaError as exc:
-            raise _error(where, f"{path}.tables[{j}]", exc.message) from exc
-    return DestinationDecl(name, raw.kind, raw.url, tuple(tables))
+            raise _error(where, f"{path}.dataset", exc.message) from exc
+    endpoint = raw.endpoint
+    if (
+        endpoint is not None
+        and not _ENV_RE.search(endpoint)
+        and not endpoint.startswith(("http://", "https://"))
+    ):
+        raise _error(
+            where, f"{path}.endpoint", f"endpoint must be an http(s) URL, not {endpoint!r}"
+        )
 
 
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:

@@ -8,6 +8,9 @@
   the tests and the benchmarks.
 * :class:`S3Server` — moto's S3-speaking server in a subprocess on a free loopback port, with
   the ``AWS_*`` environment that points the lake at it.
+* :class:`BigQueryEmulator` — ``bqemulator`` (installed by ``scripts/setup.sh`` in a venv of
+  its own beside the project's) in a subprocess on free loopback ports, ready when its REST API
+  answers.
 * :func:`free_port`, :func:`dev_token`.
 
 The test suite, the benchmarks and ``lakesync dev`` use these; nothing else in the package
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -46,8 +50,10 @@ from .settings import (
 )
 
 __all__ = [
+    "BIGQUERY_EMULATOR_PROJECT",
     "DEMO_GATEWAY",
     "DEMO_TODOS",
+    "BigQueryEmulator",
     "GatewayProcess",
     "ManualClock",
     "demo_declarations_yaml",
@@ -351,6 +357,78 @@ class S3Server:
                 self.proc.wait(10)
 
     def __enter__(self) -> S3Server:
+BIGQUERY_EMULATOR_PROJECT = "test-proj"
+"""The project the BigQuery emulator serves by default."""
+
+
+def bqemulator_path() -> Path:
+    """The ``bqemulator`` executable: the venv ``scripts/setup.sh`` makes for it inside the
+    project's venv (its pins conflict with the project's), else one on ``PATH``."""
+    beside = Path(sys.prefix) / "bqemulator" / "bin" / "bqemulator"
+    if beside.exists():
+        return beside
+    found = shutil.which("bqemulator")
+    if found is None:
+        raise RuntimeError(f"bqemulator is not installed ({beside}): run scripts/setup.sh")
+    return Path(found)
+
+
+@dataclass
+class BigQueryEmulator:
+    """The BigQuery emulator (``bqemulator``) on free ports of 127.0.0.1, in memory.
+
+    ``endpoint`` is what a client's ``api_endpoint`` (or a destination's ``endpoint``) takes.
+    """
+
+    log_path: Path
+    project: str = BIGQUERY_EMULATOR_PROJECT
+    port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The REST endpoint."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> BigQueryEmulator:
+        """Start the emulator and wait until it lists the project's datasets."""
+        args = [str(bqemulator_path()), "start", "--rest-port", str(self.port)]
+        args += ["--grpc-port", str(self.grpc_port), "--project", self.project]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+        path = f"/bigquery/v2/projects/{self.project}/datasets"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"bqemulator exited:\n{self.log_path.read_text()[-3000:]}")
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+            try:
+                conn.request("GET", path)
+                if conn.getresponse().status == 200:
+                    return self
+            except OSError:
+                pass
+            finally:
+                conn.close()
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"bqemulator did not answer:\n{self.log_path.read_text()[-3000:]}")
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the emulator, then SIGKILL if it has not exited within ``timeout`` s."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def __enter__(self) -> BigQueryEmulator:
         return self if self.proc is not None else self.start()
 
     def __exit__(

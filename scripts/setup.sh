@@ -78,6 +78,27 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# --- BigQuery emulator (tests) -------------------------------------------------------------
+# In a venv of its own inside .venv: its pins (grpcio-tools < 1.81) conflict with the project's.
+bq=.venv/bqemulator
+if [ ! -x "$bq/bin/bqemulator" ] || [ scripts/bqemulator-requirements.txt -nt "$bq/.installed" ]; then
+  log "installing the BigQuery emulator into $bq"
+  "$PY" -m venv "$bq"
+  "$bq/bin/pip" install -q -r scripts/bqemulator-requirements.txt
+  touch "$bq/.installed"
+fi
+# DuckDB would download its spatial and avro extensions when the emulator starts: install the
+# copies the pinned wheels ship into DuckDB's extension folder (~/.duckdb) instead.
+"$bq/bin/python" - <<'PY'
+import importlib, pathlib, duckdb
+con = duckdb.connect()
+have = {n for n, i in con.execute("SELECT extension_name, installed FROM duckdb_extensions()").fetchall() if i}
+for name in ("spatial", "avro"):
+    if name not in have:
+        folder = pathlib.Path(importlib.import_module(f"duckdb_extension_{name}").__file__).parent
+        con.execute(f"INSTALL '{next(folder.glob(f'extensions/v*/{name}.duckdb_extension'))}'")
+PY
+
 # --- Spark + Iceberg jars (mvn, from the package's pom.xml) ---------------------------------
 if .venv/bin/lakesync --help 2>/dev/null | grep -q "^  setup"; then
   .venv/bin/lakesync setup

@@ -68,8 +68,48 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
         ),
         (
             {"destinations": [{"name": "d", "kind": "sqlite"}]},
-            "missing required field `url`",
-            "$.destinations[0]",
+            "destination 'd' of kind sqlite needs a url",
+            "$.destinations[0].url",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "postgres", "url": "x", "dataset": "a"}]},
+            "'dataset' applies to kind bigquery, not postgres",
+            "$.destinations[0].dataset",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "bigquery", "project": "p"}]},
+            "destination 'd' of kind bigquery needs a dataset",
+            "$.destinations[0].dataset",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "bigquery", "dataset": "a"}]},
+            "destination 'd' of kind bigquery needs a project",
+            "$.destinations[0].project",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "bigquery", "url": "x", "project": "p"}]},
+            "takes project and dataset, not a url",
+            "$.destinations[0].url",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "bigquery", "project": "p", "dataset": "a-b"}]},
+            "Invalid SQL identifier",
+            "$.destinations[0].dataset",
+        ),
+        (
+            {
+                "destinations": [
+                    {
+                        "name": "d",
+                        "kind": "bigquery",
+                        "project": "p",
+                        "dataset": "a",
+                        "endpoint": "x",
+                    }
+                ]
+            },
+            "endpoint must be an http\\(s\\) URL",
+            "$.destinations[0].endpoint",
         ),
         (
             {"destinations": [{"name": "d", "kind": "sqlite", "url": ""}]},
@@ -106,6 +146,35 @@ def test_malformed_declarations_name_the_file_and_the_path(
         parse_declarations([("x.yaml", doc)])
     assert info.value.message.startswith("x.yaml: ")
     assert info.value.message.endswith(f" - at `{path}`")
+
+
+def test_bigquery_destination_is_declared_by_project_and_dataset() -> None:
+    doc = {
+        "gateway": "g1",
+        "destinations": [
+            {
+                "name": "bq",
+                "kind": "bigquery",
+                "project": "${PROJECT}",
+                "dataset": "analytics",
+                "location": "EU",
+                "endpoint": "http://127.0.0.1:9050",
+                "tables": ["todos"],
+            }
+        ],
+    }
+    dest = parse_declarations([("x.yaml", doc)]).gateway("g1").destinations["bq"]
+    assert (dest.kind, dest.url, dest.project, dest.dataset) == (
+        "bigquery",
+        None,
+        "${PROJECT}",
+        "analytics",
+    )
+    assert (dest.location, dest.endpoint, dest.tables) == (
+        "EU",
+        "http://127.0.0.1:9050",
+        ("todos",),
+    )
 
 
 def test_reserved_keys_are_refused_by_name() -> None:

@@ -148,6 +148,21 @@ class PipelineContext:
         return dict(self.declarations.gateway(gw).destinations)
 
     def open_destination(self, dest: DestinationDecl) -> Destination[Any]:
-        """Open a declared destination (``${VAR}`` in its URL expanded from the settings' env);
-        the caller closes it."""
-        return SqlAdapter.connect(expand_env(dest.url, self.settings.expansion_env))
+        """Open a declared destination (``${VAR}`` in its values expanded from the settings'
+        env); the caller closes it. A BigQuery destination is probed once on opening, so an
+        unreachable endpoint fails before anything is written."""
+        env = self.settings.expansion_env
+
+        def value(raw: str | None) -> str | None:
+            return None if raw is None else expand_env(raw, env)
+
+        if dest.kind == "bigquery":
+            from ..adapters.bigquery import BigQueryAdapter
+
+            return BigQueryAdapter.connect(
+                value(dest.project) or "",
+                value(dest.dataset) or "",
+                location=value(dest.location),
+                endpoint=value(dest.endpoint),
+            )
+        return SqlAdapter.connect(value(dest.url) or "")

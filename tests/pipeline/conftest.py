@@ -217,3 +217,23 @@ def dest_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "mariadb":
         return str(request.getfixturevalue("mariadb_url"))
     return "sqlite:///" + str(tmp_path / "dest.db")
+
+
+@pytest.fixture(scope="session")
+def bigquery_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The BigQuery emulator, started once for the session on free ports."""
+    from lakesync_platform.testing import BigQueryEmulator
+
+    log = tmp_path_factory.mktemp("bqemulator") / "bqemulator.log"
+    with BigQueryEmulator(log) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def bigquery_dataset(bigquery_emulator: Any) -> dict[str, str]:
+    """A fresh dataset name on the emulator: ``project``, ``dataset``, ``endpoint``."""
+    return {
+        "project": bigquery_emulator.project,
+        "dataset": "ds_" + uuid.uuid4().hex[:10],
+        "endpoint": bigquery_emulator.endpoint,
+    }
