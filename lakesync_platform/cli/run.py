@@ -11,7 +11,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,6 +22,10 @@ from ..core.errors import LakeSyncError
 from ..settings import ENV_WAL_URL
 from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
+from .summary import StageResult, describe, json_document
+
+if TYPE_CHECKING:
+    from ..pipeline.context import PipelineContext
 
 __all__ = ["register"]
 
@@ -107,20 +114,33 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @data_dir_option
 @defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
-def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON document on stdout, no progress on stderr."
+)
+def run(
+    stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None, as_json: bool
+) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure; 2 for a missing data
-    directory or WAL, or an unknown gateway, before anything is created)."""
+    directory or WAL, or an unknown gateway, before anything is created).
+
+    Prints one line per gateway or table (entries, rows, range, time) and progress on stderr;
+    the JVM's log goes to <data-dir>/logs/spark.log. A stage another process is running on the
+    same lake is waited for (LAKESYNC_LOCK_TIMEOUT_SECONDS, default 900).
+    """
     from ..pipeline.context import PipelineContext
-    from ..pipeline.flush import run_flush
-    from ..pipeline.materialise import run_materialise
-    from ..pipeline.state import run_state
     from ..settings import PipelineSettings
 
-    logging.basicConfig(level=logging.WARNING)
-    settings = PipelineSettings.from_env(
-        os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
-    )
+    _log_to_stderr()
+    try:
+        settings = PipelineSettings.from_env(
+            os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     ctx = PipelineContext(settings)
+    progress = _Progress(quiet=as_json)
+    started = time.monotonic()
+    results: list[StageResult] = []
     try:
         declared = set(ctx.declarations.gateways)  # a bad declaration fails first (status 1)
         require_data_dir(settings.data_dir)
@@ -137,19 +157,72 @@ def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str
                 f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
             )
         ctx.apply_declarations()
+        with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
+            ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in [gw] if gw else known:
-            if stage == "flush":
-                click.echo(repr(run_flush(ctx, g)))
-            elif stage == "state":
-                for state_result in run_state(ctx, g):
-                    click.echo(repr(state_result))
-            else:
-                for mat_result in run_materialise(ctx, g):
-                    click.echo(repr(mat_result))
+            with progress.step(f"{stage} {g}"):
+                done = _run_stage(ctx, stage, g)
+            results += done
+            if not as_json:
+                for result in done:
+                    click.echo(describe(result))
     except LakeSyncError as exc:
+        if as_json:
+            click.echo(json_document(stage, results, time.monotonic() - started, exc))
         raise click.ClickException(f"{stage} failed: {exc.message}") from exc
     finally:
         ctx.close()
+    if as_json:
+        click.echo(json_document(stage, results, time.monotonic() - started))
+
+
+def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
+    """Run ``stage`` of ``gw``; its results."""
+    from ..pipeline.flush import run_flush
+    from ..pipeline.materialise import run_materialise
+    from ..pipeline.state import run_state
+
+    if stage == "flush":
+        return [run_flush(ctx, gw)]
+    if stage == "state":
+        return list(run_state(ctx, gw))
+    return list(run_materialise(ctx, gw))
+
+
+def _log_to_stderr() -> None:
+    """Warnings of the package (a stage waiting for another one) as plain lines on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package = logging.getLogger("lakesync_platform")
+    package.addHandler(handler)
+    package.setLevel(logging.WARNING)
+    package.propagate = False
+
+
+class _Progress:
+    """Step lines on stderr — ``flush demo …`` then ``flush demo done in 1.2 s`` — unless quiet
+    (``--json``)."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """Announce ``what``, run the block, say how long it took (or that it failed)."""
+        if not self.quiet:
+            click.echo(f"{what} …", err=True)
+        started = time.monotonic()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if not self.quiet:
+                outcome = "done" if ok else "failed"
+                click.echo(
+                    f"{what.split(' (')[0]} {outcome} in {time.monotonic() - started:.1f} s",
+                    err=True,
+                )
 
 
 def register(group: click.Group) -> None:

@@ -8,6 +8,11 @@ The Iceberg runtime comes either from Maven coordinates (``packages``, online us
 local jar folder (``jar_dir``, filled by :func:`lakesync_platform.install.jars.ensure_jars`).
 Settings are plain values passed in, the process environment included: the factory reads it
 only to find Java and never changes it beyond the JVM's launch.
+
+The driver JVM logs through log4j into a file (``log_file``, by default
+``<data-dir>/logs/spark.log``, configured by ``log4j2.properties`` beside this module) instead
+of the terminal: its start-up warnings and stack traces are for the operator who looks for
+them, not for every ``lakesync run``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "CATALOG",
     "ICEBERG_PACKAGES",
     "SparkSettings",
+    "catalog_sqlalchemy_url",
     "create_spark_session",
     "local_pyiceberg_catalog",
     "pyiceberg_catalog",
@@ -42,6 +48,7 @@ CATALOG = "lakesync"
 """The catalog name on both sides (Spark and pyiceberg store it as a column: they must agree)."""
 ICEBERG_PACKAGES = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
 """Maven coordinates of the runtime, for machines that reach Maven Central."""
+_LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +62,8 @@ class SparkSettings:
     ``<data-dir>/jars``) for the Iceberg runtime. ``fork_free_local_fs`` lets the catalog write
     a ``file:`` warehouse through
     :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
-    ``chmod`` process per file). ``extra_conf`` is applied last.
+    ``chmod`` process per file). ``log_file`` receives the driver JVM's log (default
+    ``<data-dir>/logs/spark.log``). ``extra_conf`` is applied last.
     """
 
     data_dir: Path
@@ -70,6 +78,7 @@ class SparkSettings:
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
     fork_free_local_fs: bool = True
+    log_file: Path | None = None
     extra_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -81,6 +90,11 @@ class SparkSettings:
     def resolved_warehouse(self) -> str:
         """The warehouse URI."""
         return self.warehouse or (self.data_dir.resolve() / "warehouse").as_uri()
+
+    @property
+    def resolved_log_file(self) -> Path:
+        """The driver JVM's log file."""
+        return self.log_file or self.data_dir.resolve() / "logs" / "spark.log"
 
     @property
     def resolved_jar_dir(self) -> Path:
@@ -103,6 +117,11 @@ class SparkSettings:
             "spark.default.parallelism": str(self.shuffle_partitions),
             "spark.sql.session.timeZone": "UTC",
             "spark.driver.memory": self.driver_memory,
+            # log4j's configuration and its file: quoted, as Spark splits these options itself.
+            "spark.driver.extraJavaOptions": (
+                f'"-Dlog4j2.configurationFile={_LOG4J_CONFIG}" '
+                f'"-Dlakesync.spark.log={self.resolved_log_file}"'
+            ),
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
@@ -170,13 +189,12 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.resolved_log_file.parent.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in settings.spark_conf(jars, local_fs=local_fs is not None).items():
         builder = builder.config(key, value)
     with _launcher_env(java.launcher_env):
-        session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+        return builder.getOrCreate()
 
 
 @contextmanager
@@ -213,10 +231,17 @@ def local_pyiceberg_catalog(settings: SparkSettings) -> Catalog | None:
 def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
     """A pyiceberg ``SqlCatalog`` over the same catalog the Spark session uses.
 
-    Only JDBC URLs for SQLite and PostgreSQL are translated (to SQLAlchemy URLs).
+    Only JDBC URLs for SQLite and PostgreSQL are translated (:func:`catalog_sqlalchemy_url`).
     """
     from pyiceberg.catalog.sql import SqlCatalog
 
+    return SqlCatalog(
+        CATALOG, uri=catalog_sqlalchemy_url(settings), warehouse=settings.resolved_warehouse
+    )
+
+
+def catalog_sqlalchemy_url(settings: SparkSettings) -> str:
+    """The SQLAlchemy URL of the catalog's JDBC URL (SQLite and PostgreSQL only)."""
     uri = settings.resolved_catalog_uri
     if uri.startswith("jdbc:sqlite:"):
         sa_uri = "sqlite:///" + uri.removeprefix("jdbc:sqlite:")
@@ -230,5 +255,5 @@ def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
             auth += "@"
         sa_uri = f"postgresql+psycopg://{auth}{parsed.netloc}{parsed.path}"
     else:
-        raise ValueError(f"pyiceberg_catalog: unsupported catalog URI {uri!r}")
-    return SqlCatalog(CATALOG, uri=sa_uri, warehouse=settings.resolved_warehouse)
+        raise ValueError(f"unsupported catalog URI {uri!r} (jdbc:sqlite: or jdbc:postgresql:)")
+    return sa_uri
