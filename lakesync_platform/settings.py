@@ -13,7 +13,8 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
       warehouse/      the Iceberg warehouse
       jars/           the Spark/Iceberg jars and the lake's local filesystem jar
       jwt_secret      the gateway's signing secret (created on first start)
-      logs/           logs of processes started by ``lakesync dev`` and the JVM (spark.log)
+      logs/           logs of processes started by ``lakesync dev``, the JVM's (spark.log) and
+                      the Python libraries' under ``lakesync run`` (run.log)
 """
 
 from __future__ import annotations
@@ -135,6 +136,11 @@ class DataLayout:
     def spark_log(self) -> Path:
         """The log of the Spark driver's JVM (log4j), kept off the terminal."""
         return self.logs_dir / "spark.log"
+
+    @property
+    def run_log(self) -> Path:
+        """Warnings the libraries under ``lakesync run`` log in Python, kept off the terminal."""
+        return self.logs_dir / "run.log"
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -141,6 +141,7 @@ def run(
     progress = _Progress(quiet=as_json)
     started = time.monotonic()
     results: list[StageResult] = []
+    stack = ExitStack()
     try:
         declared = set(ctx.declarations.gateways)  # a bad declaration fails first (status 1)
         require_data_dir(settings.data_dir)
@@ -157,6 +158,9 @@ def run(
                 f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
             )
         ctx.apply_declarations()
+        libraries = _log_libraries_to(settings.layout.run_log)
+        stack.callback(logging.getLogger().removeHandler, libraries)
+        stack.callback(libraries.close)
         with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
             ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in [gw] if gw else known:
@@ -171,6 +175,7 @@ def run(
             click.echo(json_document(stage, results, time.monotonic() - started, exc))
         raise click.ClickException(f"{stage} failed: {exc.message}") from exc
     finally:
+        stack.close()
         ctx.close()
     if as_json:
         click.echo(json_document(stage, results, time.monotonic() - started))
@@ -190,13 +195,35 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
 
 
 def _log_to_stderr() -> None:
-    """Warnings of the package (a stage waiting for another one) as plain lines on stderr."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    """Warnings of the package (a stage waiting for another one) as plain lines on stderr;
+    records still propagate, so a host's own logging sees them as well."""
     package = logging.getLogger("lakesync_platform")
-    package.addHandler(handler)
-    package.setLevel(logging.WARNING)
-    package.propagate = False
+    if not any(h.get_name() == _STDERR_HANDLER for h in package.handlers):
+        handler = _EchoHandler(logging.WARNING)
+        handler.set_name(_STDERR_HANDLER)
+        package.addHandler(handler)
+
+
+_STDERR_HANDLER = "lakesync-cli-stderr"
+
+
+def _log_libraries_to(path: Path) -> logging.Handler:
+    """Warnings other libraries log in Python (pyiceberg's, py4j's) into ``path``, for this
+    command's run; the caller removes the handler it returns from the root logger."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+class _EchoHandler(logging.Handler):
+    """A log record's message on the current stderr (looked up at each record)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Echo ``record``'s message to stderr."""
+        click.echo(record.getMessage(), err=True)
 
 
 class _Progress:

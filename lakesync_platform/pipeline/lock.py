@@ -98,13 +98,13 @@ class LakeLock(Protocol):
 
 def _waiting(holder: LockHolder | None, timeout_s: float) -> None:
     who = holder.describe() if holder is not None else "another pipeline stage"
-    log.warning("waiting for %s (up to %.0f s)", who, timeout_s)
+    log.warning("waiting for %s (up to %g s)", who, timeout_s)
 
 
 def _busy(stage: str, gw: str, holder: LockHolder | None, timeout_s: float) -> LakeBusyError:
     who = holder.describe() if holder is not None else "another pipeline stage"
     return LakeBusyError(
-        f"{stage} of {gw!r} gave up after waiting {timeout_s:.0f} s for {who} "
+        f"{stage} of {gw!r} gave up after waiting {timeout_s:g} s for {who} "
         "(raise LAKESYNC_LOCK_TIMEOUT_SECONDS or run it again later)"
     )
 
