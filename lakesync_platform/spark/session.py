@@ -129,8 +129,9 @@ class SparkSettings:
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         }
         if conf[f"{cat}.uri"].startswith("jdbc:sqlite:"):
-            # Several processes (Dagster runs, ``lakesync run``) may commit at once: wait for
-            # SQLite's lock instead of failing with SQLITE_BUSY.
+            # Readers (checks, pyiceberg) wait for a writer instead of failing with SQLITE_BUSY.
+            # It does not order writers: SQLite fails a reader's upgrade to writer at once, so
+            # the pipeline's stages take the lake's lock (lakesync_platform/pipeline/lock.py).
             conf[f"{cat}.jdbc.busy_timeout"] = "60000"
         if local_fs and self.fork_free_local_fs:
             # The catalog's own Hadoop configuration, so only the lake's files go through it.
