@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import LakeSyncError
+from ..pipeline.report import StageResult, describe, json_document
 from ..settings import ENV_WAL_URL
 from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
-from .summary import StageResult, describe, json_document
 
 if TYPE_CHECKING:
     from ..pipeline.context import PipelineContext

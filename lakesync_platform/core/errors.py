@@ -16,8 +16,7 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── NotFoundError        NOT_FOUND           404
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
     ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
-    └── FlushError           FLUSH_ERROR         500  a pipeline flush failed
-        └── LakeBusyError    FLUSH_ERROR         503  a stage gave up waiting for the lake's lock
+    └── FlushError           FLUSH_ERROR         500  a pipeline stage failed or could not start
 
 :data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
 responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
@@ -38,7 +37,6 @@ __all__ = [
     "ClockDriftError",
     "FlushError",
     "ForbiddenError",
-    "LakeBusyError",
     "LakeSyncError",
     "NotFoundError",
     "RateLimitedError",
@@ -131,17 +129,11 @@ class AdapterError(LakeSyncError):
 
 
 class FlushError(LakeSyncError):
-    """A flush of the WAL to the lake failed or could not start."""
+    """A pipeline stage failed or could not start: a flush of the WAL to the lake, or a stage
+    that gave up waiting for the lake's lock (``lakesync_platform.pipeline.lock``)."""
 
     code = "FLUSH_ERROR"
     http_status = 500
-
-
-class LakeBusyError(FlushError):
-    """A pipeline stage waited its whole lock timeout for another stage on the same lake and
-    gave up without touching anything; run it again later (the wire code stays FLUSH_ERROR)."""
-
-    http_status = 503
 
 
 ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(

@@ -20,7 +20,7 @@ lock, both seen on the embedded set-up:
 So a stage holds a lock for its whole run, from reading its watermark to its last commit.
 A stage that finds the lock taken says so — ``waiting for flush of demo held by pid 4242`` (a
 warning of this module's logger) — and waits up to ``lock_timeout_s``
-(``LAKESYNC_LOCK_TIMEOUT_SECONDS``), then fails with :class:`LakeBusyError` having touched
+(``LAKESYNC_LOCK_TIMEOUT_SECONDS``), then fails with :class:`FlushError` having touched
 nothing. Once in, it reads the watermark the other left: it finds nothing to do, or does the
 rest, exactly once.
 
@@ -56,7 +56,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from ..core.errors import LakeBusyError
+from ..core.errors import FlushError
 from ..spark.session import SparkSettings, catalog_sqlalchemy_url
 
 __all__ = [
@@ -92,7 +92,7 @@ class LakeLock(Protocol):
 
     def hold(self, stage: str, gw: str) -> AbstractContextManager[None]:
         """Hold the lock while ``stage`` of ``gw`` runs: wait (saying for whom) up to the
-        timeout, then raise :class:`LakeBusyError`."""
+        timeout, then raise :class:`FlushError`."""
         ...
 
 
@@ -101,9 +101,9 @@ def _waiting(holder: LockHolder | None, timeout_s: float) -> None:
     log.warning("waiting for %s (up to %g s)", who, timeout_s)
 
 
-def _busy(stage: str, gw: str, holder: LockHolder | None, timeout_s: float) -> LakeBusyError:
+def _busy(stage: str, gw: str, holder: LockHolder | None, timeout_s: float) -> FlushError:
     who = holder.describe() if holder is not None else "another pipeline stage"
-    return LakeBusyError(
+    return FlushError(
         f"{stage} of {gw!r} gave up after waiting {timeout_s:g} s for {who} "
         "(raise LAKESYNC_LOCK_TIMEOUT_SECONDS or run it again later)"
     )

@@ -1,5 +1,5 @@
-"""What ``lakesync run`` says about a stage's results: one line per result for people, or one
-JSON document for scripts.
+"""What a stage's results say: one line per result for people, or one JSON document for scripts
+(``lakesync run`` prints them).
 
 A line names the stage and what it covered, the counts and the time, in the spirit of dlt's and
 Dagster's step lines::
