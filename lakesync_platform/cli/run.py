@@ -161,9 +161,11 @@ def run(
         libraries = _log_libraries_to(settings.layout.run_log)
         stack.callback(logging.getLogger().removeHandler, libraries)
         stack.callback(libraries.close)
-        with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
-            ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
-        for g in [gw] if gw else known:
+        gateways = [gw] if gw else known
+        if gateways:
+            with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
+                ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
+        for g in gateways:
             with progress.step(f"{stage} {g}"):
                 done = _run_stage(ctx, stage, g)
             results += done
