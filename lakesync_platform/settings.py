@@ -9,10 +9,12 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
     <data-dir>/
       wal.db          the write-ahead log and config store (SQLite)
       catalog.db      the Iceberg JDBC catalog (SQLite)
+      catalog.db.lock the pipeline's lock on that catalog (and .holder: who holds it)
       warehouse/      the Iceberg warehouse
       jars/           the Spark/Iceberg jars and the lake's local filesystem jar
       jwt_secret      the gateway's signing secret (created on first start)
-      logs/           logs of processes started by ``lakesync dev`` and the JVM
+      logs/           logs of processes started by ``lakesync dev``, the JVM's (spark.log) and
+                      the Python libraries' under ``lakesync run`` (run.log)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEFS_DIR",
+    "DEFAULT_LOCK_TIMEOUT_SECONDS",
     "DEFAULT_SPARK_MASTER",
     "ENV_AWS_ACCESS_KEY_ID",
     "ENV_AWS_DEFAULT_REGION",
@@ -40,6 +43,7 @@ __all__ = [
     "ENV_JAR_DIR",
     "ENV_JWT_SECRET",
     "ENV_JWT_SECRET_PREVIOUS",
+    "ENV_LOCK_TIMEOUT_SECONDS",
     "ENV_MAX_BACKLOG_BYTES",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
@@ -66,6 +70,7 @@ ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
 ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
 ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
 ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
+ENV_LOCK_TIMEOUT_SECONDS = "LAKESYNC_LOCK_TIMEOUT_SECONDS"
 
 # The AWS SDKs' and CLI's own variables (an S3 warehouse): credentials, region, and a custom
 # endpoint for S3-compatible stores (R2, MinIO); ``AWS_ENDPOINT_URL_S3`` wins over the general
@@ -85,6 +90,9 @@ DEFAULT_DATA_DIR = Path("data")
 DEFAULT_DEFS_DIR = Path("defs")
 """The declarations folder when neither ``--defs`` nor ``LAKESYNC_DEFS_DIR`` names one."""
 DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_LOCK_TIMEOUT_SECONDS = 900.0
+"""How long a pipeline stage waits for another stage holding the lake's lock before it gives up
+(the schedule's period: a stage still waiting by then is stuck behind a stuck one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +150,16 @@ class DataLayout:
     def logs_dir(self) -> Path:
         """Logs of the processes the platform starts."""
         return self.root / "logs"
+
+    @property
+    def spark_log(self) -> Path:
+        """The log of the Spark driver's JVM (log4j), kept off the terminal."""
+        return self.logs_dir / "spark.log"
+
+    @property
+    def run_log(self) -> Path:
+        """Warnings the libraries under ``lakesync run`` log in Python, kept off the terminal."""
+        return self.logs_dir / "run.log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +223,8 @@ class PipelineSettings:
     Empty values mean the embedded defaults of :class:`DataLayout`. ``warehouse`` is a
     ``file://`` or ``s3://`` URI, reached with ``object_store``. ``env`` is the environment
     used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
-    available there).
+    available there). ``lock_timeout_s`` bounds a stage's wait for the lake's lock
+    (:mod:`lakesync_platform.pipeline.lock`).
     """
 
     data_dir: Path
@@ -217,6 +236,7 @@ class PipelineSettings:
     jar_dir: Path | None = None
     spark_packages: str | None = None
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_SECONDS
     env: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -252,6 +272,7 @@ class PipelineSettings:
         layout = DataLayout.at(data_dir or env.get(ENV_DATA_DIR))
         defs = Path(defs_dir or env.get(ENV_DEFS_DIR) or DEFAULT_DEFS_DIR).resolve()
         jar_dir = env.get(ENV_JAR_DIR)
+        lock_timeout = env.get(ENV_LOCK_TIMEOUT_SECONDS)
         return cls(
             data_dir=layout.root,
             wal_url=wal_url or env.get(ENV_WAL_URL) or None,
@@ -262,5 +283,19 @@ class PipelineSettings:
             jar_dir=Path(jar_dir) if jar_dir else None,
             spark_packages=env.get(ENV_SPARK_PACKAGES) or None,
             object_store=ObjectStoreSettings.from_env(env),
+            lock_timeout_s=_seconds(ENV_LOCK_TIMEOUT_SECONDS, lock_timeout)
+            if lock_timeout
+            else DEFAULT_LOCK_TIMEOUT_SECONDS,
             env=dict(env),
         )
+
+
+def _seconds(name: str, value: str) -> float:
+    """A non-negative number of seconds from environment variable ``name``."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"{name} must be a number of seconds (>= 0), got {value!r}")
+    return seconds

@@ -56,6 +56,7 @@ __all__ = [
     "BigQueryEmulator",
     "GatewayProcess",
     "ManualClock",
+    "S3Server",
     "demo_declarations_yaml",
     "demo_todos_schema",
     "dev_token",
@@ -357,6 +358,17 @@ class S3Server:
                 self.proc.wait(10)
 
     def __enter__(self) -> S3Server:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 BIGQUERY_EMULATOR_PROJECT = "test-proj"
 """The project the BigQuery emulator serves by default."""
 

@@ -13,15 +13,20 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import LakeSyncError
+from ..pipeline.report import StageResult, describe, json_document
 from ..settings import ENV_WAL_URL
 from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
+
+if TYPE_CHECKING:
+    from ..pipeline.context import PipelineContext
 
 __all__ = ["register"]
 
@@ -131,20 +136,34 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @data_dir_option
 @defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
-def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON document on stdout, no progress on stderr."
+)
+def run(
+    stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None, as_json: bool
+) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure; 2 for a missing data
-    directory or WAL, or an unknown gateway, before anything is created)."""
+    directory or WAL, or an unknown gateway, before anything is created).
+
+    Prints one line per gateway or table (entries, rows, range, time) and progress on stderr;
+    the JVM's log goes to <data-dir>/logs/spark.log. A stage another process is running on the
+    same lake is waited for (LAKESYNC_LOCK_TIMEOUT_SECONDS, default 900).
+    """
     from ..pipeline.context import PipelineContext
-    from ..pipeline.flush import run_flush
-    from ..pipeline.materialise import run_materialise
-    from ..pipeline.state import run_state
     from ..settings import PipelineSettings
 
-    logging.basicConfig(level=logging.WARNING)
-    settings = PipelineSettings.from_env(
-        os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
-    )
+    _log_to_stderr()
+    try:
+        settings = PipelineSettings.from_env(
+            os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     ctx = PipelineContext(settings)
+    progress = _Progress(quiet=as_json)
+    started = time.monotonic()
+    results: list[StageResult] = []
+    stack = ExitStack()
     try:
         declared = set(ctx.declarations.gateways)  # a bad declaration fails first (status 1)
         require_data_dir(settings.data_dir)
@@ -161,19 +180,100 @@ def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str
                 f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
             )
         ctx.apply_declarations()
-        for g in [gw] if gw else known:
-            if stage == "flush":
-                click.echo(repr(run_flush(ctx, g)))
-            elif stage == "state":
-                for state_result in run_state(ctx, g):
-                    click.echo(repr(state_result))
-            else:
-                for mat_result in run_materialise(ctx, g):
-                    click.echo(repr(mat_result))
+        libraries = _log_libraries_to(settings.layout.run_log)
+        stack.callback(logging.getLogger().removeHandler, libraries)
+        stack.callback(libraries.close)
+        gateways = [gw] if gw else known
+        if gateways:
+            with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
+                ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
+        for g in gateways:
+            with progress.step(f"{stage} {g}"):
+                done = _run_stage(ctx, stage, g)
+            results += done
+            if not as_json:
+                for result in done:
+                    click.echo(describe(result))
     except LakeSyncError as exc:
+        if as_json:
+            click.echo(json_document(stage, results, time.monotonic() - started, exc))
         raise click.ClickException(f"{stage} failed: {exc.message}") from exc
     finally:
+        stack.close()
         ctx.close()
+    if as_json:
+        click.echo(json_document(stage, results, time.monotonic() - started))
+
+
+def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
+    """Run ``stage`` of ``gw``; its results."""
+    from ..pipeline.flush import run_flush
+    from ..pipeline.materialise import run_materialise
+    from ..pipeline.state import run_state
+
+    if stage == "flush":
+        return [run_flush(ctx, gw)]
+    if stage == "state":
+        return list(run_state(ctx, gw))
+    return list(run_materialise(ctx, gw))
+
+
+def _log_to_stderr() -> None:
+    """Warnings of the package (a stage waiting for another one) as plain lines on stderr;
+    records still propagate, so a host's own logging sees them as well."""
+    package = logging.getLogger("lakesync_platform")
+    if not any(h.get_name() == _STDERR_HANDLER for h in package.handlers):
+        handler = _EchoHandler(logging.WARNING)
+        handler.set_name(_STDERR_HANDLER)
+        package.addHandler(handler)
+
+
+_STDERR_HANDLER = "lakesync-cli-stderr"
+
+
+def _log_libraries_to(path: Path) -> logging.Handler:
+    """Warnings other libraries log in Python (pyiceberg's, py4j's) into ``path``, for this
+    command's run; the caller removes the handler it returns from the root logger."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+class _EchoHandler(logging.Handler):
+    """A log record's message on the current stderr (looked up at each record)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Echo ``record``'s message to stderr."""
+        click.echo(record.getMessage(), err=True)
+
+
+class _Progress:
+    """Step lines on stderr — ``flush demo …`` then ``flush demo done in 1.2 s`` — unless quiet
+    (``--json``)."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+
+    @contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """Announce ``what``, run the block, say how long it took (or that it failed)."""
+        if not self.quiet:
+            click.echo(f"{what} …", err=True)
+        started = time.monotonic()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if not self.quiet:
+                outcome = "done" if ok else "failed"
+                click.echo(
+                    f"{what.split(' (')[0]} {outcome} in {time.monotonic() - started:.1f} s",
+                    err=True,
+                )
 
 
 def register(group: click.Group) -> None:

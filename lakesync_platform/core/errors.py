@@ -16,7 +16,7 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── NotFoundError        NOT_FOUND           404
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
     ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
-    └── FlushError           FLUSH_ERROR         500  a pipeline flush failed
+    └── FlushError           FLUSH_ERROR         500  a pipeline stage failed or could not start
 
 :data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
 responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
@@ -129,7 +129,8 @@ class AdapterError(LakeSyncError):
 
 
 class FlushError(LakeSyncError):
-    """A flush of the WAL to the lake failed or could not start."""
+    """A pipeline stage failed or could not start: a flush of the WAL to the lake, or a stage
+    that gave up waiting for the lake's lock (``lakesync_platform.pipeline.lock``)."""
 
     code = "FLUSH_ERROR"
     http_status = 500

@@ -10,12 +10,14 @@ the admin route flows through like a declared one.
 
 Stages are modules beside this one (:mod:`.flush`, :mod:`.state`, :mod:`.materialise`), each a
 function ``run_<stage>(ctx, gw, …)`` plus the checks of what it wrote, returning
-:class:`CheckOutcome`.
+:class:`CheckOutcome`. Each stage and check runs inside :meth:`PipelineContext.exclusive`: one
+at a time on a lake, whatever process runs it (:mod:`.lock`).
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -33,6 +35,7 @@ from ..declarations import (
 from ..settings import PipelineSettings
 from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
 from ..wal.store import WriteAheadLog
+from .lock import LakeLock, lake_lock
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -60,6 +63,7 @@ def spark_settings(settings: PipelineSettings) -> SparkSettings:
             secret_access_key=settings.object_store.secret_access_key,
             session_token=settings.object_store.session_token,
         ),
+        log_file=settings.layout.spark_log,
     )
 
 
@@ -100,6 +104,16 @@ class PipelineContext:
         if self._spark is None:
             self._spark = create_spark_session(spark_settings(self.settings), env=self.settings.env)
         return self._spark
+
+    @cached_property
+    def lake_lock(self) -> LakeLock:
+        """The inter-process lock of this run's lake (where its catalog lives)."""
+        return lake_lock(spark_settings(self.settings), self.settings.lock_timeout_s)
+
+    def exclusive(self, stage: str, gw: str) -> AbstractContextManager[None]:
+        """Hold the lake's lock while ``stage`` of ``gw`` runs (waiting for another holder,
+        up to the settings' ``lock_timeout_s``)."""
+        return self.lake_lock.hold(stage, gw)
 
     @cached_property
     def iceberg_catalog(self) -> Catalog | None:

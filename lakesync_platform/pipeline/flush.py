@@ -8,11 +8,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..spark.flush import FlushResult, flush_gateway, lake_watermark
 from ..spark.layout import deltas_table
 from ..spark.wal_source import jdbc_source
 from .context import CheckOutcome, PipelineContext
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["check_log_exactly_once", "run_flush"]
 
@@ -26,18 +30,26 @@ def run_flush(
     max_entries: int | None = None,
     after_commit: Callable[[FlushResult], None] | None = None,
 ) -> FlushResult:
-    """Flush ``gw``'s WAL to its Iceberg change log (exactly once)."""
+    """Flush ``gw``'s WAL to its Iceberg change log (exactly once), holding the lake's lock."""
     source = jdbc_source(ctx.wal.url)
-    return flush_gateway(
-        ctx.spark, ctx.wal, source, gw, max_entries=max_entries, after_commit=after_commit
-    )
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive("flush", gw):
+        return flush_gateway(
+            spark, ctx.wal, source, gw, max_entries=max_entries, after_commit=after_commit
+        )
 
 
 def check_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
     """Every WAL entry up to the lake watermark is in ``lakesync_deltas`` exactly once."""
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive("check of the change log", gw):
+        return _check_log(ctx, spark, gw)
+
+
+def _check_log(ctx: PipelineContext, spark: SparkSession, gw: str) -> CheckOutcome:
     from pyspark.sql import functions as F
 
-    spark, wal = ctx.spark, ctx.wal
+    wal = ctx.wal
     mark = lake_watermark(spark, gw).cursor
     lake = spark.table(deltas_table(gw))
     stats = lake.agg(

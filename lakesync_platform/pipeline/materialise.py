@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..spark.layout import (
     LIVE_COL,
     log_table,
@@ -19,6 +21,9 @@ from ..spark.layout import (
 from ..spark.materialise import MaterialiseResult, materialise_table
 from .context import CheckOutcome, PipelineContext
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["check_destination_matches_state", "run_materialise"]
 
 
@@ -28,23 +33,25 @@ def run_materialise(
     destinations: list[str] | None = None,
     tables: list[str] | None = None,
 ) -> list[MaterialiseResult]:
-    """Write changed state rows to each (selected) destination table."""
+    """Write changed state rows to each (selected) destination table, holding the lake's lock."""
     schemas = ctx.tables(gw)
     results: list[MaterialiseResult] = []
-    for name, dest in ctx.destinations(gw).items():
-        if destinations is not None and name not in destinations:
-            continue
-        destination = ctx.open_destination(dest)
-        try:
-            for table, schema in schemas.items():
-                if dest.covers(table) and (tables is None or table in tables):
-                    results.append(
-                        materialise_table(
-                            ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive("materialise", gw):
+        for name, dest in ctx.destinations(gw).items():
+            if destinations is not None and name not in destinations:
+                continue
+            destination = ctx.open_destination(dest)
+            try:
+                for table, schema in schemas.items():
+                    if dest.covers(table) and (tables is None or table in tables):
+                        results.append(
+                            materialise_table(
+                                spark, gw, schema, destination, catalog=ctx.iceberg_catalog
+                            )
                         )
-                    )
-        finally:
-            destination.close()
+            finally:
+                destination.close()
     return results
 
 
@@ -52,7 +59,14 @@ def check_destination_matches_state(
     ctx: PipelineContext, gw: str, destination: str, table: str
 ) -> CheckOutcome:
     """The destination table holds every state row: live rows equal, dead rows deleted."""
-    spark = ctx.spark
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive(f"check of {destination}.{table}", gw):
+        return _check_destination(ctx, spark, gw, destination, table)
+
+
+def _check_destination(
+    ctx: PipelineContext, spark: SparkSession, gw: str, destination: str, table: str
+) -> CheckOutcome:
     schema = ctx.tables(gw)[table]
     name = state_table(gw, log_table(schema))
     if not table_exists(spark, name):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.delta import ColumnDelta, RowDelta
 from ..core.merge import RowState, merge_delta
@@ -29,14 +29,20 @@ from ..spark.layout import (
 from ..spark.state import StateResult, update_state
 from .context import CheckOutcome, PipelineContext
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 __all__ = ["check_state_matches_log", "run_state"]
 
 
 def run_state(ctx: PipelineContext, gw: str, tables: list[str] | None = None) -> list[StateResult]:
-    """Merge new log entries into the state table of each (selected) table."""
+    """Merge new log entries into the state table of each (selected) table, holding the lake's
+    lock."""
     schemas = ctx.tables(gw)
     names = tables if tables is not None else list(schemas)
-    return [update_state(ctx.spark, gw, schemas[t]) for t in names if t in schemas]
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive("state", gw):
+        return [update_state(spark, gw, schemas[t]) for t in names if t in schemas]
 
 
 def check_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckOutcome:
@@ -46,9 +52,14 @@ def check_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckO
     :func:`~lakesync_platform.core.merge.merge_delta` and compares row by row (values,
     per-column stamps, delete stamp, liveness).
     """
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive(f"check of the state of {table}", gw):
+        return _check_state(ctx, spark, gw, table)
+
+
+def _check_state(ctx: PipelineContext, spark: SparkSession, gw: str, table: str) -> CheckOutcome:
     from pyspark.sql import functions as F
 
-    spark = ctx.spark
     schema = ctx.tables(gw)[table]
     name = state_table(gw, log_table(schema))
     if not table_exists(spark, name):

@@ -11,6 +11,11 @@ folder (``jar_dir``, filled with ``mvn`` by :func:`lakesync_platform.install.jar
 or from Maven coordinates that Spark resolves itself (``packages``).
 Settings are plain values passed in, the process environment included: the factory reads it
 only to find Java and never changes it beyond the JVM's launch.
+
+The driver JVM logs through log4j into a file (``log_file``, by default
+``<data-dir>/logs/spark.log``, configured by ``log4j2.properties`` beside this module) instead
+of the terminal: its start-up warnings and stack traces are for the operator who looks for
+them, not for every ``lakesync run``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ __all__ = [
     "S3_FILE_IO",
     "S3Access",
     "SparkSettings",
+    "catalog_sqlalchemy_url",
     "create_spark_session",
     "local_pyiceberg_catalog",
     "pyiceberg_catalog",
@@ -103,6 +109,9 @@ class S3Access:
         return {key: value for key, value in conf.items() if value is not None}
 
 
+_LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
 @dataclass(frozen=True, slots=True)
 class SparkSettings:
     """Everything a session needs; defaults give the embedded local set-up under ``data_dir``.
@@ -116,7 +125,8 @@ class SparkSettings:
     default ``<data-dir>/jars``) for the jars. ``fork_free_local_fs`` lets the catalog write
     a ``file:`` warehouse through
     :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
-    ``chmod`` process per file). ``extra_conf`` is applied last.
+    ``chmod`` process per file). ``log_file`` receives the driver JVM's log (default
+    ``<data-dir>/logs/spark.log``). ``extra_conf`` is applied last.
     """
 
     data_dir: Path
@@ -132,6 +142,7 @@ class SparkSettings:
     driver_memory: str = "2g"
     fork_free_local_fs: bool = True
     s3: S3Access = field(default_factory=S3Access)
+    log_file: Path | None = None
     extra_conf: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -148,6 +159,11 @@ class SparkSettings:
     def warehouse_on_s3(self) -> bool:
         """Whether the warehouse is in object storage (``s3://``, ``s3a://``)."""
         return self.resolved_warehouse.startswith(_S3_SCHEMES)
+
+    @property
+    def resolved_log_file(self) -> Path:
+        """The driver JVM's log file."""
+        return self.log_file or self.data_dir.resolve() / "logs" / "spark.log"
 
     @property
     def resolved_jar_dir(self) -> Path:
@@ -170,6 +186,11 @@ class SparkSettings:
             "spark.default.parallelism": str(self.shuffle_partitions),
             "spark.sql.session.timeZone": "UTC",
             "spark.driver.memory": self.driver_memory,
+            # log4j's configuration and its file: quoted, as Spark splits these options itself.
+            "spark.driver.extraJavaOptions": (
+                f'"-Dlog4j2.configurationFile={_LOG4J_CONFIG}" '
+                f'"-Dlakesync.spark.log={self.resolved_log_file}"'
+            ),
             "spark.sql.execution.arrow.pyspark.enabled": "true",
             "spark.sql.adaptive.enabled": "true",
             "spark.ui.showConsoleProgress": "false",
@@ -177,8 +198,9 @@ class SparkSettings:
             "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
         }
         if conf[f"{cat}.uri"].startswith("jdbc:sqlite:"):
-            # Several processes (Dagster runs, ``lakesync run``) may commit at once: wait for
-            # SQLite's lock instead of failing with SQLITE_BUSY.
+            # Readers (checks, pyiceberg) wait for a writer instead of failing with SQLITE_BUSY.
+            # It does not order writers: SQLite fails a reader's upgrade to writer at once, so
+            # the pipeline's stages take the lake's lock (lakesync_platform/pipeline/lock.py).
             conf[f"{cat}.jdbc.busy_timeout"] = "60000"
         if self.warehouse_on_s3:
             conf[f"{cat}.io-impl"] = S3_FILE_IO
@@ -241,13 +263,12 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.resolved_log_file.parent.mkdir(parents=True, exist_ok=True)
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in settings.spark_conf(jars, local_fs=local_fs is not None).items():
         builder = builder.config(key, value)
     with _launcher_env(java.launcher_env):
-        session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+        return builder.getOrCreate()
 
 
 @contextmanager
@@ -285,10 +306,21 @@ def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
     """A pyiceberg ``SqlCatalog`` over the same catalog (and the same warehouse, S3 included)
     the Spark session uses.
 
-    Only JDBC URLs for SQLite and PostgreSQL are translated (to SQLAlchemy URLs).
+    Only JDBC URLs for SQLite and PostgreSQL are translated (:func:`catalog_sqlalchemy_url`).
     """
     from pyiceberg.catalog.sql import SqlCatalog
 
+    props = settings.s3.iceberg_properties() if settings.warehouse_on_s3 else {}
+    return SqlCatalog(
+        CATALOG,
+        uri=catalog_sqlalchemy_url(settings),
+        warehouse=settings.resolved_warehouse,
+        **props,
+    )
+
+
+def catalog_sqlalchemy_url(settings: SparkSettings) -> str:
+    """The SQLAlchemy URL of the catalog's JDBC URL (SQLite and PostgreSQL only)."""
     uri = settings.resolved_catalog_uri
     if uri.startswith("jdbc:sqlite:"):
         sa_uri = "sqlite:///" + uri.removeprefix("jdbc:sqlite:")
@@ -302,6 +334,5 @@ def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
             auth += "@"
         sa_uri = f"postgresql+psycopg://{auth}{parsed.netloc}{parsed.path}"
     else:
-        raise ValueError(f"pyiceberg_catalog: unsupported catalog URI {uri!r}")
-    props = settings.s3.iceberg_properties() if settings.warehouse_on_s3 else {}
-    return SqlCatalog(CATALOG, uri=sa_uri, warehouse=settings.resolved_warehouse, **props)
+        raise ValueError(f"unsupported catalog URI {uri!r} (jdbc:sqlite: or jdbc:postgresql:)")
+    return sa_uri

@@ -303,8 +303,8 @@ def update_state(
     incoming = fold_log(batch, schema)
     if empty:
         # First load: the folded batch *is* the state — one append, no join, no cache; its
-        # figures are observed while it is written. (Runs of one gateway are serialised, see
-        # assets/; a concurrent first load is not expected.)
+        # figures are observed while it is written. (Stages of one lake hold its lock,
+        # lakesync_platform/pipeline/lock.py: no other first load runs meanwhile.)
         observed = Observation(f"lakesync_state_{uuid.uuid4().hex}")
         incoming.observe(
             observed,

@@ -7,6 +7,7 @@ share the session and the catalog without sharing data.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +23,10 @@ from lakesync_platform.core.schema import TableSchema, parse_table_schema
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
+from .lock_holder import Holder, Waiting
+
 REPO = Path(__file__).resolve().parents[2]
+
 NOW_MS = 1_767_000_000_000
 """The fixed wall clock of test WALs (HLCs are stamped at or before it)."""
 
@@ -190,6 +194,25 @@ def postgres_url() -> Iterator[str]:
         'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
     ):
         yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+
+
+@pytest.fixture
+def holders() -> Iterator[list[Holder]]:
+    """Processes holding a lake's lock (:mod:`.lock_holder`), stopped after the test."""
+    started: list[Holder] = []
+    yield started
+    for holder in started:
+        holder.stop()
+
+
+@pytest.fixture
+def waiting() -> Iterator[Waiting]:
+    """The lock module's "waiting for …" warnings, as they come."""
+    handler = Waiting()
+    logger = logging.getLogger("lakesync_platform.pipeline.lock")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
 
 
 @pytest.fixture

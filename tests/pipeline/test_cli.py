@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -13,6 +15,7 @@ from click.testing import CliRunner
 
 from lakesync_platform.cli.run import dev, run, setup
 from lakesync_platform.install.jars import pinned_jars
+from lakesync_platform.pipeline.lock import FileLakeLock
 from lakesync_platform.settings import DataLayout
 from lakesync_platform.wal.store import WriteAheadLog
 
@@ -43,16 +46,7 @@ def test_setup_fills_the_jar_folder_with_maven_idempotently(tmp_path: Path) -> N
         shutil.rmtree(tmp_path / "jars", ignore_errors=True)  # ~400 MB
 
 
-@pytest.mark.spark
-def test_run_each_stage_once(
-    spark: Any,
-    lake_dir: Path,
-    wal: WriteAheadLog,
-    wal_url: str,
-    gw: str,
-    pusher: Pusher,
-    tmp_path: Path,
-) -> None:
+def _one_gateway_defs(tmp_path: Path, gw: str) -> Path:
     defs = tmp_path / "defs"
     defs.mkdir()
     (defs / "t.yaml").write_text(
@@ -61,17 +55,115 @@ def test_run_each_stage_once(
         "destinations:\n"
         f"  - {{name: out, kind: sqlite, url: 'sqlite:///{tmp_path}/out.db'}}\n"
     )
+    return defs
+
+
+@pytest.mark.spark
+def test_run_each_stage_once_says_what_it_did(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    tmp_path: Path,
+) -> None:
+    defs = _one_gateway_defs(tmp_path, gw)
     pusher.write("a", "r1", title="hello")
+    pusher.write("a", "r2", title="world")
+    pusher.delete("a", "r2")
     common = ["--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--wal-url", wal_url]
     runner = CliRunner()
+    said = {}
     for stage in ("flush", "state", "materialise"):
         result = runner.invoke(run, [stage, *common])
         assert result.exit_code == 0, result.output
-    assert "upserted=1" in result.output
+        said[stage] = result
+    took = r"in \d+\.\d s"
+    assert re.fullmatch(
+        rf"flush {gw}: 3 entries, WAL 1\.\.3, [\d ]+ B into the lake {took}\n", said["flush"].stdout
+    )
+    assert re.fullmatch(
+        rf"state {gw}\.todos: 2 rows changed \(1 live\), log 1\.\.3 {took}\n",
+        said["state"].stdout,
+    )
+    assert re.fullmatch(
+        rf"materialise {gw} → todos: 1 upserted, 0 deleted, state 1\.\.3 {took}\n",
+        said["materialise"].stdout,
+    )
+    # Progress on stderr: Spark's start, then the stage; nothing of the JVM's own log.
+    assert re.fullmatch(
+        rf"starting Spark \(JVM log: {re.escape(str(lake_dir / 'logs' / 'spark.log'))}\) …\n"
+        rf"starting Spark done {took}\nflush {gw} …\nflush {gw} done {took}\n",
+        said["flush"].stderr,
+    )
+    again = runner.invoke(run, ["flush", *common])
+    assert re.fullmatch(
+        rf"flush {gw}: nothing new \(the lake holds WAL \.\.3\) {took}\n", again.stdout
+    )
     import sqlite3
 
     with sqlite3.connect(tmp_path / "out.db") as conn:
         assert conn.execute("SELECT row_id, title FROM todos").fetchall() == [("r1", "hello")]
+
+
+@pytest.mark.spark
+def test_run_json_prints_one_document_and_no_progress(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    tmp_path: Path,
+) -> None:
+    defs = _one_gateway_defs(tmp_path, gw)
+    pusher.write("a", "r1", title="hello")
+    common = ["--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--wal-url", wal_url]
+    runner = CliRunner()
+    docs = {}
+    for stage in ("flush", "state", "materialise"):
+        result = runner.invoke(run, [stage, "--json", *common])
+        assert result.exit_code == 0, result.output
+        assert result.stderr == ""
+        docs[stage] = json.loads(result.stdout)
+    flush = docs["flush"]
+    assert flush["stage"] == "flush" and flush["ok"] is True and flush["error"] is None
+    [entry] = flush["results"]
+    assert entry["kind"] == "flush" and entry["gateway_id"] == gw
+    assert (entry["from_cursor"], entry["to_cursor"], entry["entries"]) == (1, 1, 1)
+    assert entry["lake_bytes"] > 0 and entry["seconds"] >= 0 and flush["seconds"] >= 0
+    [state] = docs["state"]["results"]
+    assert state["kind"] == "state" and state["table"] == "todos"
+    assert (state["rows_changed"], state["live_changed"], state["to_cursor"]) == (1, 1, 1)
+    [mat] = docs["materialise"]["results"]
+    assert mat["kind"] == "materialise" and (mat["upserted"], mat["deleted"]) == (1, 0)
+
+
+@pytest.mark.spark
+def test_run_json_reports_a_failed_stage_in_its_document(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    tmp_path: Path,
+) -> None:
+    defs = _one_gateway_defs(tmp_path, gw)
+    pusher.write("a", "r1", title="hello")
+    holder = FileLakeLock((lake_dir / "catalog.db.lock").resolve(), 0)
+    common = ["--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--wal-url", wal_url]
+    with holder.hold("state", "elsewhere"):
+        result = CliRunner(env={"LAKESYNC_LOCK_TIMEOUT_SECONDS": "0"}).invoke(
+            run, ["flush", "--json", *common]
+        )
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["ok"] is False and doc["results"] == []
+    assert doc["error"]["code"] == "FLUSH_ERROR"
+    assert f"held by pid {os.getpid()}" in doc["error"]["message"]
+    assert "Error: flush failed: flush of" in result.stderr
 
 
 def test_run_fails_with_nonzero_exit_on_a_bad_declaration(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from sensors.backlog import backlog_decision
 from tests.helpers import ROOT
 
 from .conftest import TODOS, Pusher
+from .lock_holder import Holder, Waiting
 
 
 def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions) -> Any:
@@ -192,6 +194,39 @@ def test_sync_job_runs_every_stage_and_checks_pass(
     assert wal.flush_watermark(gw) == wal.max_cursor(gw)
     # Nothing pending any more: the sensor skips.
     assert isinstance(_tick(sensor, instance, defs), dg.SkipReason)
+
+
+@pytest.mark.spark
+def test_sync_job_waits_for_a_stage_another_process_runs(
+    defs: dg.Definitions,
+    gw: str,
+    pusher: Pusher,
+    wal: WriteAheadLog,
+    lake_dir: Path,
+    holders: list[Holder],
+    waiting: Waiting,
+) -> None:
+    pusher.write("a", "r1", title="one")
+    pusher.write("b", "r2", title="two")
+    holder = Holder("file", str((lake_dir / "catalog.db.lock").resolve()), "state", "elsewhere")
+    holders.append(holder)
+
+    def release_once_waited_for() -> None:
+        if waiting.seen.wait(120):
+            holder.release()
+
+    releaser = threading.Thread(target=release_once_waited_for)
+    releaser.start()
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(instance=instance)
+    releaser.join()
+    assert result.success
+    assert waiting.messages[0].startswith(
+        f"waiting for state of elsewhere held by pid {holder.pid}"
+    )
+    evaluations = result.get_asset_check_evaluations()
+    assert evaluations and all(c.passed for c in evaluations)
+    assert wal.flush_watermark(gw) == 2
 
 
 def test_backlog_sensor_fires_on_size_and_skips_below(

@@ -1,0 +1,96 @@
+"""What a stage's results say: one line per result for people, or one JSON document for scripts
+(``lakesync run`` prints them).
+
+A line names the stage and what it covered, the counts and the time, in the spirit of dlt's and
+Dagster's step lines::
+
+    flush demo: 12 345 entries, WAL 1..12 345, 410 kB into the lake in 1.2 s
+    state demo.todos: 1 234 rows changed (1 200 live), log 1..12 345 in 2.0 s
+    materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
+
+The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
+{"code", "message"} | null}``, each result being the stage's result record as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ..core.errors import LakeSyncError
+from ..spark.flush import FlushResult
+from ..spark.materialise import MaterialiseResult
+from ..spark.state import StateResult
+
+__all__ = ["StageResult", "describe", "json_document", "number"]
+
+StageResult = FlushResult | StateResult | MaterialiseResult
+"""One result of a pipeline stage."""
+
+
+def number(n: int) -> str:
+    """``12345`` → ``12 345`` (thousands apart, as the docs write them)."""
+    return f"{n:,}".replace(",", " ")
+
+
+def _size(n: int) -> str:
+    if n < 10_000:
+        return f"{number(n)} B"
+    if n < 10_000_000:
+        return f"{n / 1000:.0f} kB"
+    return f"{n / 1_000_000:.1f} MB"
+
+
+def _range(first: int, last: int) -> str:
+    return f"{number(first)}..{number(last)}"
+
+
+def describe(result: StageResult) -> str:
+    """One human line for ``result``."""
+    took = f"in {result.seconds:.1f} s"
+    if isinstance(result, FlushResult):
+        head = f"flush {result.gateway_id}"
+        if result.empty:
+            return f"{head}: nothing new (the lake holds WAL ..{number(result.to_cursor)}) {took}"
+        wal = _range(result.from_cursor, result.to_cursor)
+        size = _size(result.lake_bytes)
+        return f"{head}: {number(result.entries)} entries, WAL {wal}, {size} into the lake {took}"
+    if isinstance(result, StateResult):
+        head = f"state {result.gateway_id}.{result.table}"
+        if result.to_cursor < result.from_cursor:
+            return f"{head}: up to date (log ..{number(result.to_cursor)}) {took}"
+        return (
+            f"{head}: {number(result.rows_changed)} rows changed "
+            f"({number(result.live_changed)} live), log "
+            f"{_range(result.from_cursor, result.to_cursor)} {took}"
+        )
+    head = f"materialise {result.gateway_id} → {result.destination_table}"
+    if result.to_cursor < result.from_cursor:
+        return f"{head}: up to date (state ..{number(result.to_cursor)}) {took}"
+    return (
+        f"{head}: {number(result.upserted)} upserted, {number(result.deleted)} deleted, "
+        f"state {_range(result.from_cursor, result.to_cursor)} {took}"
+    )
+
+
+def json_document(
+    stage: str,
+    results: Sequence[StageResult],
+    seconds: float,
+    error: LakeSyncError | None = None,
+) -> str:
+    """The one JSON document of a ``--json`` run (see the module docstring)."""
+    kinds = {FlushResult: "flush", StateResult: "state", MaterialiseResult: "materialise"}
+    doc: dict[str, Any] = {
+        "stage": stage,
+        "ok": error is None,
+        "seconds": round(seconds, 3),
+        "results": [
+            {"kind": kinds[type(r)], **dataclasses.asdict(r), "seconds": round(r.seconds, 3)}
+            for r in results
+        ],
+        "error": None if error is None else {"code": error.code, "message": error.message},
+    }
+    return json.dumps(doc)
