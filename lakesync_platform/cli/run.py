@@ -96,8 +96,12 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     except (RuntimeError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
     finally:
+        # A second Ctrl-C must not cut the bounded stop short and leave children behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         click.echo("stopping …")
-        stack.stop()
+        stack.stop(click.echo)
+        click.echo("stopped")
     sys.exit(code)
 
 
