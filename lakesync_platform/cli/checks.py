@@ -293,11 +293,11 @@ def check_destinations(settings: PipelineSettings) -> list[Finding]:
 def _platform_service(port: int) -> str | None:
     """What of the platform answers on ``port``: the Dagster UI or a LakeSync gateway."""
     base = f"http://127.0.0.1:{port}"
-    with contextlib.suppress(httpx.HTTPError, ValueError):
-        if "dagster_webserver_version" in httpx.get(f"{base}/server_info", timeout=1).json():
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+        if "dagster_webserver_version" in httpx.get(f"{base}/server_info", timeout=3).json():
             return "the Dagster UI"
-    with contextlib.suppress(httpx.HTTPError, ValueError):
-        if httpx.get(f"{base}/ready", timeout=1).json().get("status") in ("ok", "not_ready"):
+    with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
+        if httpx.get(f"{base}/health", timeout=3).json().get("status") == "ok":
             return "a LakeSync gateway"
     return None
 

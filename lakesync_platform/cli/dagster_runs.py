@@ -38,13 +38,20 @@ mutation Terminate($runIds: [String!]!, $policy: TerminateRunPolicy) {
 class DagsterRuns:
     """The runs of one Dagster webserver (``base_url``, e.g. ``http://127.0.0.1:3000``)."""
 
-    def __init__(self, base_url: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, base_url: str, timeout_s: float = 5.0) -> None:
         self.url = f"{base_url}/graphql"
         self.timeout_s = timeout_s
+        self.deadline: float | None = None
+        """A ``time.monotonic()`` no request may outlast (set by :meth:`cancel_in_progress`)."""
 
     def _graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        timeout = self.timeout_s
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0:
+                raise httpx.TimeoutException("no time left to ask Dagster")
         response = httpx.post(
-            self.url, json={"query": query, "variables": variables}, timeout=self.timeout_s
+            self.url, json={"query": query, "variables": variables}, timeout=timeout
         )
         response.raise_for_status()
         body: dict[str, Any] = response.json()
@@ -68,14 +75,16 @@ class DagsterRuns:
             policy = "MARK_AS_CANCELED_IMMEDIATELY" if force else "SAFE_TERMINATE"
             self._graphql(_TERMINATE, {"runIds": list(run_ids), "policy": policy})
 
-    def cancel_in_progress(self, wait_s: float) -> list[str]:
-        """Terminate every run in progress, give the workers ``wait_s`` seconds to record
-        CANCELED, then mark the rest canceled; return the runs' ids."""
+    def cancel_in_progress(self, deadline: float) -> list[str]:
+        """Terminate every run in progress, leave the workers until half the time left to
+        ``deadline`` (a ``time.monotonic()``) to record CANCELED, then mark the rest canceled;
+        return the runs' ids. No request outlasts ``deadline``."""
+        self.deadline = deadline
         run_ids = list(self.runs(IN_PROGRESS))
         self.terminate(run_ids)
-        deadline = time.monotonic() + wait_s
+        wait_until = time.monotonic() + (deadline - time.monotonic()) / 2
         left = run_ids
-        while left and time.monotonic() < deadline:
+        while left and time.monotonic() < wait_until:
             time.sleep(0.2)
             left = [r for r in self.runs(IN_PROGRESS) if r in run_ids]
         self.terminate(left, force=True)

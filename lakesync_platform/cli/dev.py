@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -48,7 +49,7 @@ from ..settings import (
 )
 from ..testing import DEMO_GATEWAY, DEMO_TODOS, GatewayProcess, demo_declarations_yaml
 from .dagster_runs import DagsterRuns
-from .sessions import end_sessions
+from .sessions import end_sessions, signal_sessions
 
 __all__ = ["STOP_SECONDS", "DevStack", "DevStackSettings"]
 
@@ -296,12 +297,14 @@ class DevStack:
         clients_until = time.monotonic() + 1.0  # a push stuck on a dying gateway is abandoned
         for thread in self._threads:
             thread.join(timeout=max(0.0, clients_until - time.monotonic()))
-        dagster = dict(self.procs).get("dagster")
+        children = dict(self.procs)
+        if "gateway" in children:  # nothing waits for it: it stops while the runs are canceled
+            signal_sessions([children["gateway"].pid], signal.SIGTERM)
+        dagster = children.get("dagster")
         if dagster is not None and dagster.poll() is None:
             try:
-                canceled = DagsterRuns(self.dagster_url, timeout_s=1.5).cancel_in_progress(
-                    wait_s=max(0.0, deadline - time.monotonic() - 4.0)
-                )
+                # Leave the processes 3 s to exit after the runs are canceled.
+                canceled = DagsterRuns(self.dagster_url).cancel_in_progress(deadline - 3.0)
                 if canceled:
                     echo(f"canceled {len(canceled)} run(s) in progress")
             except httpx.HTTPError as exc:
