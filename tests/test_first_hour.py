@@ -72,7 +72,7 @@ def test_the_guide_has_tested_blocks_for_every_step() -> None:
     script = guide_script(8000, 3000)
     for command in ("lakesync setup", "lakesync dev", "examples/todo.py", "create_client"):
         assert command in script
-    for command in ("lakesync status", "lakesync doctor", "kill %1", "lakesync run flush"):
+    for command in ("lakesync status", "lakesync doctor", "kill -INT %1", "lakesync run flush"):
         assert command in script
 
 
@@ -104,6 +104,22 @@ def test_the_first_hour_guide_runs_as_written(tmp_path: Path) -> None:
     assert "demo: cursor=" in out
     assert (home / "data" / "destination.db").exists()
     assert "stopped" in _dev_log(home)
+    # `wait %1` returned: lakesync dev is gone, and with it every process it started.
+    assert _processes_mentioning(home) == {}
+
+
+def _processes_mentioning(home: Path) -> dict[int, str]:
+    """Live processes whose command line names the newcomer's folder (zombies are gone)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(home) in cmdline and stat[stat.rfind(")") + 2] != "Z":
+            found[int(pid)] = cmdline
+    return found
 
 
 def _dev_log(home: Path) -> str:

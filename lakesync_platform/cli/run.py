@@ -86,7 +86,10 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
+    # Both stop the stack the same way; SIGINT explicitly too, as a shell starts a background
+    # job with SIGINT ignored (`lakesync dev &` then `kill -INT %1`).
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     try:
         stack.start(click.echo)
         click.echo("running — open the Dagster UI; Ctrl-C stops everything")
