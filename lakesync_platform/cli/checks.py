@@ -6,8 +6,9 @@ what is wrong and what to run — nothing is created on the way (:class:`NotRead
 
 :func:`diagnose` runs every check of ``lakesync doctor`` — Java, the jar folder, the WAL, the
 Iceberg catalog, the declared destinations, the ports of ``lakesync dev`` — and returns one
-:class:`Finding` each, with the command that fixes what is wrong. It only reads: nothing is
-created, no table is migrated.
+:class:`Finding` each, with the command that fixes what is wrong. It creates nothing: a WAL
+or catalog that is not there yet is reported, not made, and an existing WAL is opened as the
+gateway opens it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from ..settings import PipelineSettings
 __all__ = [
     "Finding",
     "NotReady",
+    "check_catalog",
+    "check_destinations",
+    "check_jars",
+    "check_java",
+    "check_ports",
+    "check_wal",
     "diagnose",
     "embedded_wal_file",
     "port_owner",
@@ -192,11 +199,9 @@ def check_wal(settings: PipelineSettings) -> Finding:
 
 
 def _sqlite_catalog_file(catalog_uri: str) -> Path | None:
-    return (
-        Path(catalog_uri.removeprefix("jdbc:sqlite:"))
-        if catalog_uri.startswith("jdbc:sqlite:")
-        else None
-    )
+    """The SQLite file of an embedded catalog's ``jdbc:sqlite:PATH``; ``None`` for a server."""
+    prefix = "jdbc:sqlite:"
+    return Path(catalog_uri.removeprefix(prefix)) if catalog_uri.startswith(prefix) else None
 
 
 def check_catalog(settings: PipelineSettings) -> Finding:
