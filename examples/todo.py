@@ -24,12 +24,20 @@ import argparse
 import os
 import shlex
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lakesync_platform.client import GatewayConfig, LakeSyncClient, TransportError, create_client
+from lakesync_platform.client import (
+    GatewayConfig,
+    LakeSyncClient,
+    SyncReport,
+    TransportError,
+    create_client,
+)
 from lakesync_platform.settings import ENV_DATA_DIR, DataLayout
 from lakesync_platform.testing import DEMO_TODOS
 
@@ -85,8 +93,9 @@ def find(client: LakeSyncClient, prefix: str) -> str:
     return matches[0]
 
 
-def run_command(client: LakeSyncClient, words: list[str]) -> None:
-    """Execute one of add / done / undo / rm / list / sync / status."""
+def run_command(client: LakeSyncClient, words: list[str], *, show_list: bool = True) -> None:
+    """Execute one of add / done / undo / rm / list / sync / status; print the list afterwards
+    (``show_list``; the shell prints it itself whenever it changes)."""
     cmd, rest = words[0], words[1:]
     if cmd == "add":
         client.tracker.insert(
@@ -114,28 +123,104 @@ def run_command(client: LakeSyncClient, words: list[str]) -> None:
         )
     elif cmd != "list":
         raise SystemExit(f"unknown command {cmd!r}")
-    if cmd != "status":
+    if cmd == "list" or (show_list and cmd != "status"):
         print(render(client.tracker.query(LIST_SQL)))
+
+
+class Console:
+    """The shell's screen: the prompt shown once, the list printed once per change, and text
+    from the sync thread printed above the prompt (which is then shown again)."""
+
+    def __init__(self, prompt: str) -> None:
+        self.prompt = prompt
+        self._lock = threading.Lock()
+        self._at_prompt = False
+        self._last_list: str | None = None
+
+    def read(self) -> str:
+        """The next command line (raises ``EOFError`` at the end of input)."""
+        with self._lock:
+            self._at_prompt = True
+            sys.stdout.write(self.prompt)
+            sys.stdout.flush()
+        try:
+            return input()
+        finally:
+            with self._lock:
+                self._at_prompt = False
+
+    def say(self, text: str) -> None:
+        """Print ``text``; above the prompt when the user is at it."""
+        with self._lock:
+            if self._at_prompt:
+                sys.stdout.write(f"\n{text}\n{self.prompt}")
+            else:
+                sys.stdout.write(f"{text}\n")
+            sys.stdout.flush()
+
+    def show_list(self, rows: list[dict[str, Any]]) -> None:
+        """Print the list unless it is the one printed last."""
+        text = render(rows)
+        if text != self._last_list:
+            self._last_list = text
+            self.say(text)
+
+
+class GatewayStatus:
+    """Say once that the gateway cannot be reached and once that it is back; in between the
+    auto-sync retries quietly, its interval doubling up to ``MAX_BACKOFF`` times the normal one
+    (a command retries at once)."""
+
+    MAX_BACKOFF = 8
+
+    def __init__(
+        self, client: LakeSyncClient, say: Callable[[str], None], interval_ms: int
+    ) -> None:
+        self.coordinator = client.coordinator
+        self.say = say
+        self.interval_ms = interval_ms
+        self.failing: str | None = None
+
+    def failed(self, error: BaseException) -> None:
+        """A sync cycle failed: report it if it is news, and back off."""
+        message = getattr(error, "message", None) or str(error)
+        if message != self.failing:
+            self.say(f"  ! gateway unreachable ({message}); changes stay queued, retrying quietly")
+            self.failing = message
+        self.coordinator.auto_sync_ms = min(
+            self.coordinator.auto_sync_ms * 2, self.interval_ms * self.MAX_BACKOFF
+        )
+
+    def synced(self, _report: SyncReport) -> None:
+        """A sync cycle succeeded: report the way back, and sync at the normal pace again."""
+        if self.failing is not None:
+            self.failing = None
+            self.say(f"  ✓ gateway reachable again; {self.coordinator.queue_depth()} queued")
+        self.coordinator.auto_sync_ms = self.interval_ms
 
 
 def shell(args: argparse.Namespace) -> None:
     """Interactive: type commands; the list re-prints whenever anyone changes it."""
-    client = open_client(args, auto_sync_ms=args.interval_ms)
-    client.coordinator.on_error(lambda e: print(f"\n  ! sync: {e}", file=sys.stderr))
-    client.watch(LIST_SQL, [], lambda rows: print(f"\n{render(rows)}\n{args.user}> ", end=""))
+    console = Console(f"{args.user}> ")
+    client = open_client(args)
+    status = GatewayStatus(client, console.say, args.interval_ms)
+    client.coordinator.on_error(status.failed)
+    client.coordinator.on_sync_complete(status.synced)
+    client.watch(LIST_SQL, [], console.show_list)
+    client.coordinator.start_auto_sync(args.interval_ms)
     try:
         while True:
             try:
-                line = input(f"{args.user}> ")
+                line = console.read()
             except EOFError:
                 break
             if line.strip() in ("quit", "exit"):
                 break
             if line.strip():
                 try:
-                    run_command(client, shlex.split(line))
+                    run_command(client, shlex.split(line), show_list=False)
                 except SystemExit as exc:
-                    print(exc)
+                    console.say(str(exc))
                 client.coordinator.request_sync()
     finally:
         client.close()

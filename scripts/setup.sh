@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+# Every step that can take more than a few seconds says when it starts and how long it took.
+step() { step_name=$1; step_started=$SECONDS; log "$1 …"; }
+step_done() { log "$step_name: done in $((SECONDS - step_started))s"; }
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 # --- system packages (Debian) -------------------------------------------------------------
@@ -16,10 +19,12 @@ command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
 need=()
 for pkg in "${pkgs[@]}"; do dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg"); done
 if [ ${#need[@]} -gt 0 ]; then
-  log "apt-get install ${need[*]}"
+  step "apt-get install ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+  # One line per package unpacked and set up (apt's own progress, without the terminal bar).
+  $SUDO apt-get install -y -q -o Dpkg::Use-Pty=0 "${need[@]}" | sed -n -E '/^(Unpacking|Setting up) /p' >&2
+  step_done
 fi
 
 # --- services -----------------------------------------------------------------------------
@@ -37,10 +42,14 @@ if ! mariadb_up; then
   $SUDO mkdir -p /run/mysqld && $SUDO chown mysql:mysql /run/mysqld 2>/dev/null || true
   $SUDO start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd -- --user=mysql || true
 fi
-for _ in $(seq 1 60); do
-  pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb_up && break
-  sleep 1
-done
+if ! { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb_up; }; then
+  step "waiting for PostgreSQL and MariaDB"
+  for _ in $(seq 1 60); do
+    pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null && mariadb_up && break
+    sleep 1
+  done
+  step_done
+fi
 pg_isready -h 127.0.0.1 -p 5432 -q || { log "PostgreSQL is not answering on 127.0.0.1:5432"; exit 1; }
 mariadb_up || { log "MariaDB is not answering on 127.0.0.1:3306"; exit 1; }
 # Local development/test access: trust auth for postgres on loopback, the `test` databases.
@@ -67,14 +76,17 @@ mysql -h 127.0.0.1 -uroot -e "CREATE DATABASE IF NOT EXISTS test" >/dev/null
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
-  log "creating .venv with $PY"
+  step "creating .venv with $PY"
   "$PY" -m venv .venv
+  step_done
 fi
 stamp=.venv/.lakesync-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  log "pip install -e .[pipeline,dev]"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[pipeline,dev]"
+  step "pip install -e .[pipeline,dev] (a few minutes on a fresh machine)"
+  # pip's own progress (a line per package collected, then the summary); pipefail keeps its status.
+  .venv/bin/pip install --progress-bar off --upgrade pip | sed '/^Requirement already satisfied/d' >&2
+  .venv/bin/pip install --progress-bar off -e ".[pipeline,dev]" | sed '/^Requirement already satisfied/d' >&2
+  step_done
   touch "$stamp"
 fi
 
@@ -101,6 +113,8 @@ PY
 
 # --- Spark + Iceberg jars (mvn, from the package's pom.xml) ---------------------------------
 if .venv/bin/lakesync --help 2>/dev/null | grep -q "^  setup"; then
+  step "lakesync setup"
   .venv/bin/lakesync setup
+  step_done
 fi
-log "ready"
+log "ready in ${SECONDS}s"

@@ -227,7 +227,10 @@ ROOM_IMPORTS: dict[str, set[str]] = {
     "testing": {"core", "settings"},
     "spark": {"core", "adapters", "install", "wal.export"},
     "pipeline": {"core", "adapters", "declarations", "settings", "spark", "wal"},
-    "cli": {"core", "install", "pipeline", "settings", "sync", "wal", "testing", "declarations"},
+    "cli": {
+        *("core", "install", "pipeline", "settings", "sync", "wal", "testing", "declarations"),
+        "adapters",  # lakesync doctor reaches the declared destinations
+    },
 }
 """What each room of ``lakesync_platform`` may import of the others (ARCHITECTURE.md §2): the
 model is pure; the sync engine and the WAL meet only in the model (``core.wal``: the port and its

@@ -6,6 +6,8 @@ directory), and passes them down as settings objects:
 
 * ``gateway`` — serve the sync gateway (:mod:`.gateway`);
 * ``token`` — mint a token (:mod:`.token`); ``status`` — WAL counters (:mod:`.status`);
+* ``doctor`` — what is wrong and the command that fixes it (:mod:`.doctor`, checks in
+  :mod:`.checks`);
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
   for development, supervised by :mod:`.dev` (:mod:`.run`).
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import click
 
 from . import run
+from .doctor import doctor
 from .gateway import gateway
 from .status import status
 from .token import token
@@ -34,4 +37,5 @@ def main() -> None:
 main.add_command(gateway)
 main.add_command(token)
 main.add_command(status)
+main.add_command(doctor)
 run.register(main)

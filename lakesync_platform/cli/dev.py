@@ -1,6 +1,6 @@
 """``lakesync dev``: gateway + Dagster UI + demo clients on the embedded defaults.
 
-Processes (all children of this one; Ctrl-C stops them in reverse order):
+Processes (all children of this one, each in a session of its own):
 
 1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on the embedded WAL;
 2. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
@@ -10,13 +10,18 @@ Processes (all children of this one; Ctrl-C stops them in reverse order):
 The demo table is declared in ``<defs>/todos.yaml`` (the repository's ``defs/`` when present,
 else a copy written into ``<data-dir>/defs``) with an SQLite destination
 ``<data-dir>/destination.db``; the clients also register the schema through the admin route.
+
+Stopping (Ctrl-C or SIGTERM, :meth:`DevStack.stop`) takes at most :data:`STOP_SECONDS`: the
+runs in progress are terminated through Dagster, so they are recorded CANCELED, not failed
+(:mod:`.dagster_runs`); then every process of the children's sessions gets SIGTERM, and what is
+left at the deadline SIGKILL (:mod:`.sessions`). Runs a killed stack left started are marked
+canceled when the next one starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import random
 import signal
 import subprocess
@@ -43,8 +48,14 @@ from ..settings import (
     DataLayout,
 )
 from ..testing import DEMO_GATEWAY, DEMO_TODOS, GatewayProcess, demo_declarations_yaml
+from .dagster_runs import DagsterRuns
+from .sessions import end_sessions, signal_sessions
 
-__all__ = ["DevStack", "DevStackSettings"]
+__all__ = ["STOP_SECONDS", "DevStack", "DevStackSettings"]
+
+STOP_SECONDS = 9.0
+"""How long :meth:`DevStack.stop` may take, from the signal to the last child gone (the promise
+to a service manager is 10 s)."""
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +84,7 @@ class DevStackSettings:
     demo_interval_s: float = 1.0
     backlog_bytes: int = 4_000
     backlog_age_seconds: int = 20
+    dagster_start_timeout_s: float = 180.0
 
 
 class DemoClient:
@@ -131,6 +143,11 @@ class DevStack:
         """Base URL of the gateway."""
         return f"http://127.0.0.1:{self.settings.gateway_port}"
 
+    @property
+    def dagster_url(self) -> str:
+        """Base URL of the Dagster UI."""
+        return f"http://127.0.0.1:{self.settings.dagster_port}"
+
     def _defs_dir(self) -> Path:
         if self.settings.defs_dir is not None and self.settings.defs_dir.is_dir():
             return self.settings.defs_dir
@@ -155,7 +172,9 @@ class DevStack:
         self.procs.append((name, proc))
 
     def start(self, echo: Callable[[str], None] = print) -> None:
-        """Start the gateway, Dagster and the demo clients; return once they answer."""
+        """Start the gateway, Dagster and the demo clients; return once they answer (runs an
+        earlier stack left started are marked canceled on the way)."""
+        started_at = time.time()
         s = self.settings
         data = s.data_dir.resolve()
         data.mkdir(parents=True, exist_ok=True)
@@ -194,7 +213,7 @@ class DevStack:
         dagster_cmd = (
             [str(dagster_bin)] if dagster_bin.exists() else [sys.executable, "-m", "dagster"]
         )
-        echo(f"dagster   → http://127.0.0.1:{s.dagster_port}   (log {data / 'dagster.log'})")
+        echo(f"dagster   → {self.dagster_url}   (log {data / 'dagster.log'})")
         self._spawn(
             "dagster",
             [
@@ -219,6 +238,33 @@ class DevStack:
             f"demo      → {s.demo_clients} clients writing gateway '{DEMO_GATEWAY}' table 'todos'"
             f"; destination {data / 'destination.db'}"
         )
+        echo("waiting for the Dagster UI …")
+        self._wait_for_dagster()
+        try:
+            leftovers = DagsterRuns(self.dagster_url).cancel_leftovers(created_before=started_at)
+        except httpx.HTTPError as exc:
+            echo(f"could not check for runs an earlier stop left in progress ({exc})")
+        else:
+            if leftovers:
+                echo(f"marked {len(leftovers)} run(s) an earlier stop left in progress canceled")
+
+    def _wait_for_dagster(self) -> None:
+        deadline = time.monotonic() + self.settings.dagster_start_timeout_s
+        dagster = dict(self.procs)["dagster"]
+        while time.monotonic() < deadline:
+            if dagster.poll() is not None:
+                raise RuntimeError(
+                    f"dagster dev exited with {dagster.returncode}; "
+                    f"see {self.settings.data_dir / 'dagster.log'}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.dagster_url}/server_info", timeout=2).is_success:
+                    return
+            time.sleep(0.5)
+        raise RuntimeError(
+            f"the Dagster UI did not answer within {self.settings.dagster_start_timeout_s:.0f}s; "
+            f"see {self.settings.data_dir / 'dagster.log'}"
+        )
 
     def _run_client(self, client: DemoClient) -> None:
         with httpx.Client(timeout=10) as http:
@@ -242,21 +288,34 @@ class DevStack:
         except KeyboardInterrupt:
             return 0
 
-    def stop(self, timeout_s: float = 20) -> None:
-        """Stop the demo clients, then every child process (SIGTERM, then SIGKILL)."""
+    def stop(self, echo: Callable[[str], None] = print) -> None:
+        """Stop within :data:`STOP_SECONDS`: the demo clients, the runs in progress (canceled
+        through Dagster), then every process of the children's sessions (SIGTERM, then SIGKILL
+        at the deadline)."""
+        deadline = time.monotonic() + STOP_SECONDS
         self._stop.set()
+        clients_until = time.monotonic() + 1.0  # a push stuck on a dying gateway is abandoned
         for thread in self._threads:
-            thread.join(timeout=5)
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        for _, proc in reversed(self.procs):
+            thread.join(timeout=max(0.0, clients_until - time.monotonic()))
+        children = dict(self.procs)
+        if "gateway" in children:  # nothing waits for it: it stops while the runs are canceled
+            signal_sessions([children["gateway"].pid], signal.SIGTERM)
+        dagster = children.get("dagster")
+        if dagster is not None and dagster.poll() is None:
             try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+                # Leave the processes 3 s to exit after the runs are canceled.
+                canceled = DagsterRuns(self.dagster_url).cancel_in_progress(deadline - 3.0)
+                if canceled:
+                    echo(f"canceled {len(canceled)} run(s) in progress")
+            except httpx.HTTPError as exc:
+                echo(f"could not cancel the runs in progress through Dagster ({exc})")
+        killed = end_sessions(
+            [proc.pid for _, proc in self.procs],
+            grace_s=max(0.5, deadline - time.monotonic() - 1.0),
+        )
+        if killed:
+            echo(f"killed {len(killed)} process(es) that outlived SIGTERM")
+        for _, proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=1)
         self.procs.clear()

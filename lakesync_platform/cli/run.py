@@ -115,7 +115,10 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     def interrupt(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
+    # Both stop the stack the same way; SIGINT explicitly too, as a shell starts a background
+    # job with SIGINT ignored (`lakesync dev &` then `kill -INT %1`).
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
     try:
         stack.start(click.echo)
         click.echo("running — open the Dagster UI; Ctrl-C stops everything")
@@ -125,8 +128,12 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     except (RuntimeError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
     finally:
+        # A second Ctrl-C must not cut the bounded stop short and leave children behind.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         click.echo("stopping …")
-        stack.stop()
+        stack.stop(click.echo)
+        click.echo("stopped")
     sys.exit(code)
 
 

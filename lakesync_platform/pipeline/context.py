@@ -17,6 +17,7 @@ at a time on a lake, whatever process runs it (:mod:`.lock`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckOutcome", "PipelineContext", "spark_settings"]
+__all__ = ["CheckOutcome", "PipelineContext", "open_destination", "spark_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,26 @@ class CheckOutcome:
     passed: bool
     description: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def open_destination(dest: DestinationDecl, env: Mapping[str, str]) -> Destination[Any]:
+    """Open a declared destination, ``${VAR}`` in its values expanded from ``env``; the caller
+    closes it. A BigQuery destination is probed once on opening, so an unreachable endpoint
+    fails before anything is written."""
+
+    def value(raw: str | None) -> str | None:
+        return None if raw is None else expand_env(raw, env)
+
+    if dest.kind == "bigquery":
+        from ..adapters.bigquery import BigQueryAdapter
+
+        return BigQueryAdapter.connect(
+            value(dest.project) or "",
+            value(dest.dataset) or "",
+            location=value(dest.location),
+            endpoint=value(dest.endpoint),
+        )
+    return SqlAdapter.connect(value(dest.url) or "")
 
 
 class PipelineContext:
@@ -162,21 +183,5 @@ class PipelineContext:
         return dict(self.declarations.gateway(gw).destinations)
 
     def open_destination(self, dest: DestinationDecl) -> Destination[Any]:
-        """Open a declared destination (``${VAR}`` in its values expanded from the settings'
-        env); the caller closes it. A BigQuery destination is probed once on opening, so an
-        unreachable endpoint fails before anything is written."""
-        env = self.settings.expansion_env
-
-        def value(raw: str | None) -> str | None:
-            return None if raw is None else expand_env(raw, env)
-
-        if dest.kind == "bigquery":
-            from ..adapters.bigquery import BigQueryAdapter
-
-            return BigQueryAdapter.connect(
-                value(dest.project) or "",
-                value(dest.dataset) or "",
-                location=value(dest.location),
-                endpoint=value(dest.endpoint),
-            )
-        return SqlAdapter.connect(value(dest.url) or "")
+        """Open a declared destination (:func:`open_destination` with the settings' env)."""
+        return open_destination(dest, self.settings.expansion_env)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from lakesync_platform.client import GatewayConfig, create_client
-from lakesync_platform.testing import DEMO_TODOS
-from tests.helpers import ROOT, token
+from lakesync_platform.testing import DEMO_TODOS, GatewayProcess
+from tests.helpers import ROOT, SECRET, token
 
 from .conftest import LiveGateway
 
@@ -96,3 +98,89 @@ def test_example_writes_the_demo_table(sqlite_gateway: LiveGateway, tmp_path: Pa
     # The local file lands in the data directory, not in the working directory.
     assert [p.name for p in data_dir.iterdir()] == ["todo-alice.lakesync.db"]
     assert not list(tmp_path.glob("todo-*"))
+
+
+class Shell:
+    """The example's interactive shell as a subprocess: lines in, the screen collected."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), *args, "shell"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+        )
+        self._chunks: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        while chunk := self.proc.stdout.read(1):
+            self._chunks.append(chunk)
+
+    @property
+    def screen(self) -> str:
+        """Everything the shell printed so far."""
+        return "".join(self._chunks)
+
+    def wait_for(self, text: str, timeout: float = 30) -> None:
+        """Wait until ``text`` is on the screen."""
+        deadline = time.monotonic() + timeout
+        while text not in self.screen:
+            assert time.monotonic() < deadline, f"{text!r} not printed:\n{self.screen}"
+            assert self.proc.poll() is None, f"the shell exited:\n{self.screen}"
+            time.sleep(0.02)
+
+    def type(self, line: str) -> None:
+        """Type ``line`` and Enter."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> str:
+        """Quit; the whole screen."""
+        self.type("quit")
+        assert self.proc.wait(timeout=30) == 0, self.screen
+        return self.screen
+
+    def release(self) -> None:
+        """Kill the shell if it still runs and close its pipes."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=5)
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_the_shell_prints_each_list_once_and_an_outage_once(tmp_path: Path) -> None:
+    gateway = GatewayProcess(tmp_path / "gw", SECRET)
+    gw = "demo_shell"
+    shell = Shell(
+        *("--user", "carol", "--url", gateway.url, "--gw", gw, "--token", token("carol", gw)),
+        *("--db", str(tmp_path / "carol.db"), "--interval-ms", "100"),
+    )
+    try:
+        shell.wait_for("gateway unreachable")
+        shell.type("add Buy milk")
+        shell.wait_for("Buy milk  (carol)\ncarol> ")
+        with gateway.start():
+            shell.wait_for("gateway reachable again")
+            row_id = shell.screen.split("[ ] ")[1][:8]
+            shell.type(f"done {row_id[:6]}")
+            shell.wait_for(f"[x] {row_id}  Buy milk  (carol)\ncarol> ")
+            screen = shell.close()
+    finally:
+        shell.release()
+    # One line when the gateway went away, one when it came back, despite retries meanwhile.
+    assert screen.count("gateway unreachable") == 1, screen
+    assert screen.count("gateway reachable again") == 1, screen
+    # Each state of the list is printed once, and the prompt never twice in a row.
+    assert screen.count("  (nothing to do)") == 1, screen
+    assert screen.count(f"[ ] {row_id}  Buy milk") == 1, screen
+    assert screen.count(f"[x] {row_id}  Buy milk") == 1, screen
+    assert "carol> carol> " not in screen and "carol> \ncarol> " not in screen, screen
