@@ -22,9 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "DEFAULT_ACTION_LEASE_S",
+    "DEFAULT_ACTION_RETENTION_S",
+    "DEFAULT_ACTION_TIMEOUT_S",
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_SPARK_MASTER",
+    "ENV_ACTION_LEASE_SECONDS",
+    "ENV_ACTION_RETENTION_SECONDS",
+    "ENV_ACTION_TIMEOUT_SECONDS",
     "ENV_BACKLOG_AGE_SECONDS",
     "ENV_BACKLOG_BYTES",
     "ENV_CATALOG_URI",
@@ -58,6 +64,9 @@ ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
 ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
 ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
 ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
+ENV_ACTION_TIMEOUT_SECONDS = "LAKESYNC_ACTION_TIMEOUT_SECONDS"
+ENV_ACTION_LEASE_SECONDS = "LAKESYNC_ACTION_LEASE_SECONDS"
+ENV_ACTION_RETENTION_SECONDS = "LAKESYNC_ACTION_RETENTION_SECONDS"
 
 # ---------------------------------------------------------------- defaults
 
@@ -66,6 +75,12 @@ DEFAULT_DATA_DIR = Path("data")
 DEFAULT_DEFS_DIR = Path("defs")
 """The declarations folder when neither ``--defs`` nor ``LAKESYNC_DEFS_DIR`` names one."""
 DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_ACTION_TIMEOUT_S = 10.0
+"""How long an action request waits for its handler (it keeps running, and stores its result)."""
+DEFAULT_ACTION_LEASE_S = 120.0
+"""How long an action's claim holds before a retry may take it over (its process crashed)."""
+DEFAULT_ACTION_RETENTION_S = 86_400.0
+"""How long action results are kept for retries (a day)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +149,11 @@ class GatewaySettings:
     reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
     set.
+
+    ``defs_dir`` holds the declarations whose action connectors the gateway serves (``${VAR}``
+    in them is read from ``env``). An action request waits ``action_timeout_s`` for its
+    handler; a claim older than ``action_lease_s`` (longer than the timeout) is taken over;
+    results are kept ``action_retention_s``.
     """
 
     wal_url: str
@@ -146,10 +166,17 @@ class GatewaySettings:
     allowed_origins: tuple[str, ...] | None = None
     max_body_bytes: int = 1_048_576
     request_timeout_s: float = 30.0
+    defs_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+    action_lease_s: float = DEFAULT_ACTION_LEASE_S
+    action_retention_s: float = DEFAULT_ACTION_RETENTION_S
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:
             raise ValueError("auth is enabled but no JWT secret is configured")
+        if self.action_lease_s <= self.action_timeout_s:
+            raise ValueError("the action lease must be longer than the action timeout")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import msgspec
 
 from .errors import ActionError, ActionValidationError, ValidationError
 from .hlc import MAX_HLC
+from .sync_rules import Claims
 
 __all__ = [
     "MAX_ACTIONS_PER_PUSH",
@@ -308,7 +309,7 @@ class ActionContext:
 
     gateway_id: str
     client_id: str
-    claims: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
+    claims: Claims = field(default_factory=dict)
 
 
 class ActionHandler(Protocol):
