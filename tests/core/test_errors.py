@@ -6,7 +6,9 @@ import inspect
 
 from lakesync_platform.core import errors
 from lakesync_platform.core.errors import (
+    ACTION_ERRORS_BY_CODE,
     ERRORS_BY_CODE,
+    ActionError,
     AuthError,
     LakeSyncError,
     RateLimitedError,
@@ -81,8 +83,6 @@ def test_an_instance_may_carry_its_own_status_without_changing_the_class() -> No
 
 
 def test_action_error_codes_are_registered_with_their_retryability() -> None:
-    from lakesync_platform.core.errors import ACTION_ERRORS_BY_CODE, ActionError
-
     assert {code: cls.default_retryable for code, cls in ACTION_ERRORS_BY_CODE.items()} == {
         "ACTION_EXECUTION_ERROR": False,
         "ACTION_NOT_SUPPORTED": False,
