@@ -6,6 +6,12 @@ sharing one PostgreSQL database — one inserts it and the other waits for that 
 nothing, and rolls back to read the winner's row instead. The row says ``running`` until its
 owner stores the result (``done``) or releases it (deleted: a retryable failure); a claim older
 than the lease is an owner that crashed, and is taken over.
+
+Costs: a stored result is looked up in a read transaction first (results never change once
+stored), so a duplicate writes nothing. A claim and a release are bookkeeping commits that need
+not wait for the disk (visible to every process at once; a database crash may lose them, and
+then the action runs again on retry — as it does anyway when the gateway crashes between the
+handler and storing its result); storing a result is a durable commit.
 """
 
 from __future__ import annotations
@@ -42,9 +48,26 @@ class SqlActions(SqlDatabase):
         lease_ms: int,
     ) -> ActionClaim:
         """Claim ``keys`` for ``owner``, or report the stored result or the running claim."""
+        c = t.actions.c
+        with self.read() as conn:
+            stored = dict(
+                conn.execute(
+                    select(c.action_key, c.result_json).where(
+                        c.gateway_id == gw,
+                        c.client_id == client_id,
+                        c.action_key.in_(keys),
+                        c.status == _DONE,
+                    )
+                )
+                .tuples()
+                .all()
+            )
+        for key in keys:
+            if key in stored:
+                return ActionClaim("stored", stored[key])
         for _ in range(_CLAIM_ATTEMPTS):
             try:
-                with self.write() as conn:
+                with self._bookkeeping() as conn:
                     return self._claim(conn, gw, client_id, keys, owner, now_ms, lease_ms)
             except _Raced:
                 continue
@@ -118,15 +141,15 @@ class SqlActions(SqlDatabase):
             c.owner == owner,
             c.status == _RUNNING,
         )
+        if result_json is None:
+            with self._bookkeeping() as conn:
+                return bool(conn.execute(delete(t.actions).where(*where)).rowcount)
         with self.write() as conn:
-            if result_json is None:
-                done = conn.execute(delete(t.actions).where(*where)).rowcount
-            else:
-                done = conn.execute(
-                    update(t.actions)
-                    .where(*where)
-                    .values(status=_DONE, result_json=result_json, updated_ms=now_ms)
-                ).rowcount
+            done = conn.execute(
+                update(t.actions)
+                .where(*where)
+                .values(status=_DONE, result_json=result_json, updated_ms=now_ms)
+            ).rowcount
         return bool(done)
 
     def purge_actions(self, before_ms: int) -> int:
