@@ -310,19 +310,19 @@ class SyncRulesBody(msgspec.Struct):
 class ActionBody(msgspec.Struct, rename="camel"):
     """An action (PROTOCOL.md §8): its ``clientId`` is the request's (else 400)."""
 
-    action_id: NonEmpty
+    action_id: Id
     client_id: NonEmpty
     hlc: Hlc
     connector: NonEmpty
     action_type: NonEmpty
     params: dict[str, Any]
-    idempotency_key: str | UnsetType = UNSET
+    idempotency_key: Annotated[str, Meta(max_length=MAX_ID_LENGTH)] | UnsetType = UNSET
 
 
 class ActionRequest(msgspec.Struct, rename="camel"):
     """Actions for the gateway's connectors to run, in order, from ``clientId``."""
 
-    client_id: NonEmpty
+    client_id: Id
     actions: Annotated[list[ActionBody], Meta(max_length=MAX_ACTIONS_PER_PUSH)]
 
 

@@ -25,6 +25,7 @@ import msgspec
 from .errors import ActionError, ActionValidationError, ValidationError
 from .hlc import MAX_HLC
 from .sync_rules import Claims
+from .wire import MAX_ID_LENGTH
 
 __all__ = [
     "MAX_ACTIONS_PER_PUSH",
@@ -196,7 +197,8 @@ def decode_action_push(raw: bytes) -> ActionPush:
     """Decode and validate an action request body (``validateActionBody`` + ``validateAction``).
 
     The whole request fails on the first bad action (400, the reference's messages); an action
-    whose ``clientId`` is not the request's is refused too.
+    whose ``clientId`` is not the request's is refused too, and so are ids and idempotency keys
+    longer than ``MAX_ID_LENGTH`` (they key the stored results).
     """
     try:
         body = _decode_json(raw)
@@ -210,8 +212,16 @@ def decode_action_push(raw: bytes) -> ActionPush:
         raise ValidationError("Missing required fields: clientId, actions")
     if len(actions) > MAX_ACTIONS_PER_PUSH:
         raise ValidationError(f"Too many actions in a single request (max {MAX_ACTIONS_PER_PUSH})")
+    if len(client_id) > MAX_ID_LENGTH:
+        raise ValidationError(f"clientId is longer than {MAX_ID_LENGTH} characters")
     parsed = tuple(validate_action(a) for a in actions)
     for action in parsed:
+        for what, value in (
+            ("actionId", action.action_id),
+            ("idempotencyKey", action.idempotency_key or ""),
+        ):
+            if len(value) > MAX_ID_LENGTH:
+                raise ValidationError(f"{what} is longer than {MAX_ID_LENGTH} characters")
         if action.client_id != client_id:
             raise ValidationError(
                 f'Action clientId "{action.client_id}" does not match the request clientId'

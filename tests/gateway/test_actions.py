@@ -212,6 +212,12 @@ def test_the_sql_connector_runs_its_statement_once(gateway: GatewayProcess, hook
             "Too many actions in a single request (max 100)",
         ),
         (
+            json.dumps({"clientId": CLIENT, "actions": [action(hlc=55, key="k" * 1025)]}).encode(),
+            400,
+            "VALIDATION_ERROR",
+            "idempotencyKey is longer than 1024 characters",
+        ),
+        (
             json.dumps({"clientId": "bob", "actions": [action(hlc=54, client="bob")]}).encode(),
             403,
             "FORBIDDEN",
