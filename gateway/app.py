@@ -1,8 +1,9 @@
 """The Litestar app factory: ``create_app(settings)``.
 
 Everything the app needs is built from ``settings`` at startup (the WAL is opened and migrated,
-the sync and admin services created) and released at shutdown. Nothing is read from the
-environment here: the caller (``lakesync gateway``, a test) passes the settings in.
+the sync, admin and action services created, the declared action handlers built) and released
+at shutdown. Nothing is read from the environment here: the caller (``lakesync gateway``, a
+test) passes the settings in.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from litestar.exceptions import HTTPException
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
+from lakesync_platform.sync.actions import ActionService
 from lakesync_platform.sync.admin import GatewayAdmin
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
@@ -25,6 +27,7 @@ from lakesync_platform.wal.store import WriteAheadLog
 from .controllers import CONTROLLERS
 from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
+from .handlers import build_action_handlers
 from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
 from .openapi import openapi_config
@@ -57,6 +60,7 @@ def create_app(
         store = wal or WriteAheadLog.open(
             settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
         )
+        handlers = build_action_handlers(settings)
         limiter = (
             CallerRateLimit(settings.rate_limit, settings.rate_window_s)
             if settings.rate_limit
@@ -65,11 +69,24 @@ def create_app(
         slot.services = GatewayServices(
             sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
             admin=GatewayAdmin(store, wall),
+            actions=ActionService(
+                store,
+                handlers.registry,
+                wall,
+                timeout_s=settings.action_timeout_s,
+                lease_s=settings.action_lease_s,
+                retention_s=settings.action_retention_s,
+            ),
             metrics=metrics,
             offload=Offload(settings.request_timeout_s),
         )
         app.state.gateway = GatewayState(
-            settings=settings, wal=store, services=slot.services, limiter=limiter, clock=wall
+            settings=settings,
+            wal=store,
+            services=slot.services,
+            limiter=limiter,
+            clock=wall,
+            handlers=handlers,
         )
         log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
 
@@ -77,6 +94,8 @@ def create_app(
         state: GatewayState | None = getattr(app.state, "gateway", None)
         if state is not None:
             state.services.sync.close()
+            state.services.actions.close()
+            state.handlers.close()
             if wal is None:
                 state.wal.close()
 

@@ -17,6 +17,7 @@ import msgspec
 from litestar.openapi.spec import OpenAPIType, Schema
 from msgspec import UNSET, Meta, UnsetType
 
+from lakesync_platform.core.actions import MAX_ACTIONS_PER_PUSH
 from lakesync_platform.core.delta import IDENTIFIER_RE
 from lakesync_platform.core.errors import ERRORS_BY_CODE
 from lakesync_platform.core.hlc import MAX_HLC
@@ -26,7 +27,11 @@ from lakesync_platform.core.wire import MAX_DELTAS_PER_PUSH, MAX_ID_LENGTH, Wire
 from lakesync_platform.sync.delivery import PulledDelta, StampedInsert
 
 __all__ = [
+    "ACTION_RESULT_SCHEMA",
     "HLC_PATTERN",
+    "ActionDiscoveryBody",
+    "ActionRequest",
+    "ActionResponseBody",
     "ErrorBody",
     "FlushAccepted",
     "FlushRequestView",
@@ -300,3 +305,73 @@ class SyncRulesBody(msgspec.Struct):
 
     version: Annotated[int, Meta(ge=1)]
     buckets: list[SyncRulesBucket]
+
+
+class ActionBody(msgspec.Struct, rename="camel"):
+    """An action (PROTOCOL.md §8): its ``clientId`` is the request's (else 400)."""
+
+    action_id: Id
+    client_id: NonEmpty
+    hlc: Hlc
+    connector: NonEmpty
+    action_type: NonEmpty
+    params: dict[str, Any]
+    idempotency_key: Annotated[str, Meta(max_length=MAX_ID_LENGTH)] | UnsetType = UNSET
+
+
+class ActionRequest(msgspec.Struct, rename="camel"):
+    """Actions for the gateway's connectors to run, in order, from ``clientId``."""
+
+    client_id: Id
+    actions: Annotated[list[ActionBody], Meta(max_length=MAX_ACTIONS_PER_PUSH)]
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
+_STRING = {"type": "string"}
+ACTION_RESULT_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        _object(
+            {
+                "actionId": _STRING,
+                "data": {"type": "object"},
+                "serverHlc": {"type": "string", "pattern": HLC_PATTERN},
+            }
+        ),
+        _object(
+            {
+                "actionId": _STRING,
+                "code": _STRING,
+                "message": _STRING,
+                "retryable": {"type": "boolean"},
+            }
+        ),
+    ]
+}
+"""An action's result: ``{actionId, data, serverHlc}`` when it ran, ``{actionId, code, message,
+retryable}`` when it failed (send it again only if ``retryable``)."""
+
+
+class ActionResponseBody(msgspec.Struct, rename="camel"):
+    """One result per action, in request order (each as :data:`ACTION_RESULT_SCHEMA`)."""
+
+    results: Annotated[
+        list[dict[str, Any]], Meta(extra_json_schema={"extra": {"items": ACTION_RESULT_SCHEMA}})
+    ]
+    server_hlc: Hlc
+
+
+class ActionDescriptorBody(msgspec.Struct, rename="camel"):
+    """An action type a connector supports; ``paramsSchema`` is the JSON Schema of its params."""
+
+    action_type: str
+    description: str
+    params_schema: dict[str, Any] | UnsetType = UNSET
+
+
+class ActionDiscoveryBody(msgspec.Struct):
+    """The gateway's connectors and the action types each supports."""
+
+    connectors: dict[str, list[ActionDescriptorBody]]

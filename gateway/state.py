@@ -13,10 +13,12 @@ from litestar.connection import ASGIConnection
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
+from lakesync_platform.sync.actions import ActionService
 from lakesync_platform.sync.admin import GatewayAdmin
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
+from .handlers import ActionHandlers
 from .metrics import Metrics
 from .ratelimit import CallerRateLimit
 
@@ -49,11 +51,13 @@ class GatewayServices:
     """What route handlers receive (the ``services`` dependency); none of it is the store.
 
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
-    requests; ``offload`` runs their blocking calls on a worker thread.
+    requests; ``actions`` action dispatch and discovery; ``offload`` runs their blocking calls
+    on a worker thread.
     """
 
     sync: SyncService
     admin: GatewayAdmin
+    actions: ActionService
     metrics: Metrics
     offload: Offload
 
@@ -67,6 +71,7 @@ class GatewayState:
     services: GatewayServices
     limiter: CallerRateLimit | None
     clock: Callable[[], int]
+    handlers: ActionHandlers
 
 
 def gateway_state(connection: ASGIConnection[Any, Any, Any, Any]) -> GatewayState:

@@ -20,6 +20,27 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         dataset: lakesync         # created on first use
         location: EU              # optional; the dataset's location
         endpoint: http://127.0.0.1:9050   # optional: an emulator (anonymous credentials)
+    actions:                      # connectors whose actions clients may run (PROTOCOL.md §8)
+      - connector: alerts         # the name clients address; an identifier
+        kind: webhook             # webhook: POST each action to url
+        url: https://hooks.example.com/lakesync   # ${VAR} is read from the environment
+        headers: {Authorization: "Bearer ${HOOK_TOKEN}"}   # optional
+        timeoutSeconds: 5         # optional (default 5); retries: 2 (default)
+        types:                    # the action types, by name
+          notify:
+            description: Post a message to the team channel
+            params:               # optional (absent: any object); each one's JSON type
+              text: {type: string}
+              urgent: {type: boolean, required: false, description: page the on-call}
+      - connector: todo_ops
+        kind: sql                 # sql: run a declared statement
+        destination: warehouse    # a destination of this gateway (or url: …)
+        types:
+          close_todo:
+            description: Mark a todo done in the warehouse
+            statement: UPDATE todos SET completed = TRUE WHERE row_id = :row_id
+            params:
+              row_id: {type: string}
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
 destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
@@ -28,6 +49,10 @@ or a value of the wrong type is refused with the file and the path of the value
 platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Top-level
 ``syncRules`` and ``connectors`` are reserved for the sync-rule and connector declarations of
 later releases and rejected for now.
+
+An action connector's kind, URL or destination, and its types' statements are checked here
+(a ``sql`` type needs a ``statement``, a ``webhook`` type has none; a ``destination`` must be
+declared for the gateway); the gateway builds the handlers from them at startup.
 
 Declared tables are applied to the gateway's config store (:func:`apply_declarations`), which
 stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
@@ -46,13 +71,17 @@ from typing import Annotated, Any, Final, Literal, Protocol
 import msgspec
 import yaml
 
+from .core.actions import PARAM_TYPES, ActionDescriptor, ParamSpec, params_struct
 from .core.delta import check_identifier
 from .core.errors import LakeSyncError, SchemaError, ValidationError
 from .core.identifiers import check_gateway_id
 from .core.schema import TableSchema, parse_table_schema
 
 __all__ = [
+    "ACTION_KINDS",
     "DESTINATION_KINDS",
+    "ActionConnectorDecl",
+    "ActionTypeDecl",
     "DeclarationError",
     "Declarations",
     "DestinationDecl",
@@ -65,6 +94,7 @@ __all__ = [
 
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
 _BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
+ACTION_KINDS: Final = ("webhook", "sql")
 _RESERVED: Final = frozenset(("syncRules", "connectors"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
@@ -96,12 +126,47 @@ class DestinationDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class ActionTypeDecl:
+    """An action type of a declared connector: its params (``None``: any object) and, for a
+    ``sql`` connector, its statement."""
+
+    action_type: str
+    description: str
+    params: Mapping[str, ParamSpec] | None
+    statement: str | None = None
+
+    def descriptor(self, connector: str) -> ActionDescriptor:
+        """The type as the registry describes it (its params as a struct type)."""
+        params = self.params
+        struct = (
+            None if params is None else params_struct(f"{connector}.{self.action_type}", params)
+        )
+        return ActionDescriptor(self.action_type, self.description, struct)
+
+
+@dataclass(frozen=True, slots=True)
+class ActionConnectorDecl:
+    """A declared action connector: ``url`` (``${VAR}`` expanded at startup) or, for ``sql``,
+    the ``destination`` whose URL it uses."""
+
+    connector: str
+    kind: str
+    types: Mapping[str, ActionTypeDecl]
+    url: str | None = None
+    destination: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_s: float = 5.0
+    retries: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayDecl:
     """Everything declared for one gateway id."""
 
     gateway_id: str
     tables: Mapping[str, TableSchema] = field(default_factory=dict)
     destinations: Mapping[str, DestinationDecl] = field(default_factory=dict)
+    actions: Mapping[str, ActionConnectorDecl] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +213,35 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
     endpoint: Annotated[str, msgspec.Meta(min_length=1)] | None = None
 
 
+class _Param(msgspec.Struct, forbid_unknown_fields=True):
+    """An action parameter as written."""
+
+    type: str
+    required: bool = True
+    description: str | None = None
+
+
+class _ActionType(msgspec.Struct, forbid_unknown_fields=True):
+    """An action type as written."""
+
+    description: str = ""
+    params: dict[str, _Param] | None = None
+    statement: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+
+
+class _ActionConnector(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """An action connector as written."""
+
+    connector: str
+    kind: str
+    types: dict[str, _ActionType]
+    url: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    destination: str | None = None
+    headers: dict[str, str] | None = None
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    retries: Annotated[int, msgspec.Meta(ge=0)] = 2
+
+
 class _Document(msgspec.Struct, forbid_unknown_fields=True):
     """One declaration file as written. Tables stay raw: :func:`parse_table_schema` checks them
     with the admin route's messages."""
@@ -155,6 +249,7 @@ class _Document(msgspec.Struct, forbid_unknown_fields=True):
     gateway: str = DEFAULT_GATEWAY
     tables: list[Any] | None = None
     destinations: list[_Destination] | None = None
+    actions: list[_ActionConnector] | None = None
 
 
 def _error(where: str, path: str, message: str) -> DeclarationError:
@@ -253,6 +348,57 @@ def _check_bigquery(where: str, path: str, name: str, raw: _Destination) -> None
         )
 
 
+def _action_type(where: str, path: str, kind: str, name: str, raw: _ActionType) -> ActionTypeDecl:
+    try:
+        check_identifier(name, "action type")
+    except SchemaError as exc:
+        raise _error(where, path, exc.message) from exc
+    if (kind == "sql") != (raw.statement is not None):
+        need = "needs a statement" if kind == "sql" else "takes no statement"
+        raise _error(where, path, f"a {kind} action type {need}")
+    params = None
+    if raw.params is not None:
+        params = {}
+        for param, spec in raw.params.items():
+            try:
+                check_identifier(param, "parameter")
+            except SchemaError as exc:
+                raise _error(where, f"{path}.params.{param}", exc.message) from exc
+            if spec.type not in PARAM_TYPES:
+                raise _error(
+                    where, f"{path}.params.{param}.type", f"must be one of {', '.join(PARAM_TYPES)}"
+                )
+            params[param] = ParamSpec(spec.type, spec.required, spec.description)
+    return ActionTypeDecl(name, raw.description, params, raw.statement)
+
+
+def _action_connector(where: str, i: int, raw: _ActionConnector) -> ActionConnectorDecl:
+    path = f"$.actions[{i}]"
+    try:
+        name = check_identifier(raw.connector, "connector")
+    except SchemaError as exc:
+        raise _error(where, f"{path}.connector", exc.message) from exc
+    if raw.kind not in ACTION_KINDS:
+        raise _error(where, f"{path}.kind", f"action kind must be one of {ACTION_KINDS}")
+    if raw.kind == "webhook" and (raw.url is None or raw.destination is not None):
+        raise _error(where, path, "a webhook connector needs a url (and no destination)")
+    if raw.kind == "sql" and (raw.url is None) == (raw.destination is None):
+        raise _error(where, path, "a sql connector needs either a url or a destination")
+    types = {
+        t: _action_type(where, f"{path}.types.{t}", raw.kind, t, rt) for t, rt in raw.types.items()
+    }
+    return ActionConnectorDecl(
+        name,
+        raw.kind,
+        types,
+        raw.url,
+        raw.destination,
+        raw.headers or {},
+        raw.timeout_seconds,
+        raw.retries,
+    )
+
+
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``.
 
@@ -261,6 +407,7 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     """
     tables: dict[str, dict[str, TableSchema]] = {}
     dests: dict[str, dict[str, DestinationDecl]] = {}
+    actions: dict[str, dict[str, tuple[str, ActionConnectorDecl]]] = {}
     for where, doc in documents:
         if doc is None:
             continue
@@ -279,9 +426,26 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest
+        for i, raw_action in enumerate(parsed.actions or []):
+            action = _action_connector(where, i, raw_action)
+            if action.connector in actions.setdefault(gw, {}):
+                raise DeclarationError(f"{where}: connector {action.connector!r} declared twice")
+            actions[gw][action.connector] = (where, action)
+    for gw, declared in actions.items():
+        for where, action in declared.values():
+            if action.destination is not None and action.destination not in dests.get(gw, {}):
+                raise DeclarationError(
+                    f"{where}: connector {action.connector!r} uses destination"
+                    f" {action.destination!r}, which is not declared for {gw!r}"
+                )
     gateways = {
-        gw: GatewayDecl(gw, tables.get(gw, {}), dests.get(gw, {}))
-        for gw in sorted(set(tables) | set(dests))
+        gw: GatewayDecl(
+            gw,
+            tables.get(gw, {}),
+            dests.get(gw, {}),
+            {name: action for name, (_, action) in actions.get(gw, {}).items()},
+        )
+        for gw in sorted(set(tables) | set(dests) | set(actions))
     }
     return Declarations(gateways)
 

@@ -24,10 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "DEFAULT_ACTION_LEASE_S",
+    "DEFAULT_ACTION_RETENTION_S",
+    "DEFAULT_ACTION_TIMEOUT_S",
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
     "DEFAULT_SPARK_MASTER",
+    "ENV_ACTION_LEASE_SECONDS",
+    "ENV_ACTION_RETENTION_SECONDS",
+    "ENV_ACTION_TIMEOUT_SECONDS",
     "ENV_AWS_ACCESS_KEY_ID",
     "ENV_AWS_DEFAULT_REGION",
     "ENV_AWS_ENDPOINT_URL",
@@ -82,6 +88,9 @@ ENV_AWS_REGION = "AWS_REGION"
 ENV_AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
 ENV_AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"
 ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
+ENV_ACTION_TIMEOUT_SECONDS = "LAKESYNC_ACTION_TIMEOUT_SECONDS"
+ENV_ACTION_LEASE_SECONDS = "LAKESYNC_ACTION_LEASE_SECONDS"
+ENV_ACTION_RETENTION_SECONDS = "LAKESYNC_ACTION_RETENTION_SECONDS"
 
 # ---------------------------------------------------------------- defaults
 
@@ -93,6 +102,12 @@ DEFAULT_SPARK_MASTER = "local[*]"
 DEFAULT_LOCK_TIMEOUT_SECONDS = 900.0
 """How long a pipeline stage waits for another stage holding the lake's lock before it gives up
 (the schedule's period: a stage still waiting by then is stuck behind a stuck one)."""
+DEFAULT_ACTION_TIMEOUT_S = 10.0
+"""How long an action request waits for its handler (it keeps running, and stores its result)."""
+DEFAULT_ACTION_LEASE_S = 120.0
+"""How long an action's claim holds before a retry may take it over (its process crashed)."""
+DEFAULT_ACTION_RETENTION_S = 86_400.0
+"""How long action results are kept for retries (a day)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +186,11 @@ class GatewaySettings:
     reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
     set.
+
+    ``defs_dir`` holds the declarations whose action connectors the gateway serves (``${VAR}``
+    in them is read from ``env``). An action request waits ``action_timeout_s`` for its
+    handler; a claim older than ``action_lease_s`` (longer than the timeout) is taken over;
+    results are kept ``action_retention_s``.
     """
 
     wal_url: str
@@ -183,10 +203,17 @@ class GatewaySettings:
     allowed_origins: tuple[str, ...] | None = None
     max_body_bytes: int = 1_048_576
     request_timeout_s: float = 30.0
+    defs_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
+    action_lease_s: float = DEFAULT_ACTION_LEASE_S
+    action_retention_s: float = DEFAULT_ACTION_RETENTION_S
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:
             raise ValueError("auth is enabled but no JWT secret is configured")
+        if self.action_lease_s <= self.action_timeout_s:
+            raise ValueError("the action lease must be longer than the action timeout")
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,6 +131,45 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
             "unknown field `tabls`",
             "$.destinations[0]",
         ),
+        (
+            {"actions": [{"connector": "h", "kind": "ftp", "url": "x", "types": {}}]},
+            "action kind must be one of",
+            "$.actions[0].kind",
+        ),
+        (
+            {"actions": [{"connector": "h", "kind": "webhook", "types": {}}]},
+            "a webhook connector needs a url",
+            "$.actions[0]",
+        ),
+        (
+            {"actions": [{"connector": "s", "kind": "sql", "url": "x", "destination": "d"}]},
+            "missing required field `types`",
+            "$.actions[0]",
+        ),
+        (
+            {"actions": [{"connector": "s", "kind": "sql", "url": "x", "types": {"t": {}}}]},
+            "a sql action type needs a statement",
+            "$.actions[0].types.t",
+        ),
+        (
+            {
+                "actions": [
+                    {
+                        "connector": "h",
+                        "kind": "webhook",
+                        "url": "x",
+                        "types": {"t": {"params": {"p": {"type": "date"}}}},
+                    }
+                ]
+            },
+            "must be one of string, number, integer, boolean, object, array, json",
+            "$.actions[0].types.t.params.p.type",
+        ),
+        (
+            {"actions": [{"connector": "h", "kind": "webhook", "url": "x", "types": {"a b": {}}}]},
+            "Invalid SQL identifier",
+            "$.actions[0].types.a b",
+        ),
         ({"tabels": []}, "unknown field `tabels`", "$"),
         ({"tables": {"t": {}}}, "Expected `array | null`, got `object`", "$.tables"),
         ({"gateway": "bad gw"}, "Invalid gateway id", "$.gateway"),
@@ -186,6 +225,59 @@ def test_duplicates_are_rejected() -> None:
     doc = {"tables": [{"table": "t", "columns": []}]}
     with pytest.raises(DeclarationError, match="declared twice"):
         parse_declarations([("a.yaml", doc), ("b.yaml", doc)])
+
+
+def test_action_connectors_are_declared_per_gateway() -> None:
+    decls = parse_declarations(
+        [
+            (
+                "a.yaml",
+                {
+                    "gateway": "g",
+                    "destinations": [{"name": "db", "kind": "sqlite", "url": "sqlite:///x"}],
+                    "actions": [
+                        {
+                            "connector": "ops",
+                            "kind": "sql",
+                            "destination": "db",
+                            "types": {
+                                "close": {
+                                    "description": "Close one",
+                                    "statement": "UPDATE t SET done = 1 WHERE id = :id",
+                                    "params": {"id": {"type": "string"}},
+                                }
+                            },
+                        },
+                        {
+                            "connector": "hook",
+                            "kind": "webhook",
+                            "url": "https://${HOST}/x",
+                            "timeoutSeconds": 2,
+                            "types": {"ping": {}},
+                        },
+                    ],
+                },
+            )
+        ]
+    )
+    actions = decls.gateway("g").actions
+    assert sorted(actions) == ["hook", "ops"]
+    close = actions["ops"].types["close"].descriptor("ops")
+    assert close.to_json()["paramsSchema"]["required"] == ["id"]
+    assert actions["hook"].timeout_s == 2 and actions["hook"].types["ping"].params is None
+    with pytest.raises(DeclarationError, match="uses destination 'nowhere', which is not"):
+        parse_declarations(
+            [
+                (
+                    "b.yaml",
+                    {
+                        "actions": [
+                            {"connector": "s", "kind": "sql", "destination": "nowhere", "types": {}}
+                        ]
+                    },
+                )
+            ]
+        )
 
 
 def test_env_expansion() -> None:

@@ -6,11 +6,19 @@ gateway's server, which builds the app with ``create_app(settings)`` in each wor
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from ..settings import (
+    DEFAULT_ACTION_LEASE_S,
+    DEFAULT_ACTION_RETENTION_S,
+    DEFAULT_ACTION_TIMEOUT_S,
+    ENV_ACTION_LEASE_SECONDS,
+    ENV_ACTION_RETENTION_SECONDS,
+    ENV_ACTION_TIMEOUT_SECONDS,
+    ENV_DATA_DIR,
     ENV_JWT_SECRET,
     ENV_JWT_SECRET_PREVIOUS,
     ENV_MAX_BACKLOG_BYTES,
@@ -18,7 +26,7 @@ from ..settings import (
     DataLayout,
     GatewaySettings,
 )
-from .options import data_dir_option, resolve_secret
+from .options import data_dir_option, defs_dir_option, resolve_secret
 
 __all__ = ["gateway", "gateway_settings"]
 
@@ -33,8 +41,13 @@ def gateway_settings(
     max_backlog_bytes: int | None,
     rate_limit: int | None,
     cors_origins: tuple[str, ...],
+    defs_dir: Path | None = None,
+    action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S,
+    action_lease_s: float = DEFAULT_ACTION_LEASE_S,
+    action_retention_s: float = DEFAULT_ACTION_RETENTION_S,
 ) -> GatewaySettings:
-    """The gateway's settings from its flags (the secret file is created on first start)."""
+    """The gateway's settings from its flags (the secret file is created on first start);
+    ``${VAR}`` in the declarations is read from this process's environment."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
@@ -47,6 +60,11 @@ def gateway_settings(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         allowed_origins=cors_origins or None,
+        defs_dir=defs_dir,
+        env={**os.environ, ENV_DATA_DIR: str(data_dir)},
+        action_timeout_s=action_timeout_s,
+        action_lease_s=action_lease_s,
+        action_retention_s=action_retention_s,
     )
 
 
@@ -80,6 +98,31 @@ def gateway_settings(
     help="Worker processes sharing the listening socket.",
 )
 @click.option("--log-level", default="info", show_default=True)
+@defs_dir_option
+@click.option(
+    "--action-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar=ENV_ACTION_TIMEOUT_SECONDS,
+    default=DEFAULT_ACTION_TIMEOUT_S,
+    show_default=True,
+    help="Seconds an action request waits for its handler.",
+)
+@click.option(
+    "--action-lease",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar=ENV_ACTION_LEASE_SECONDS,
+    default=DEFAULT_ACTION_LEASE_S,
+    show_default=True,
+    help="Seconds before a retry may take over an unfinished action (its process crashed).",
+)
+@click.option(
+    "--action-retention",
+    type=click.FloatRange(min=0, min_open=True),
+    envvar=ENV_ACTION_RETENTION_SECONDS,
+    default=DEFAULT_ACTION_RETENTION_S,
+    show_default=True,
+    help="Seconds action results are kept for retries.",
+)
 def gateway(
     host: str,
     port: int,
@@ -93,6 +136,10 @@ def gateway(
     cors_origin: tuple[str, ...],
     workers: int,
     log_level: str,
+    defs_dir: Path,
+    action_timeout: float,
+    action_lease: float,
+    action_retention: float,
 ) -> None:
     """Serve the LakeSync protocol v1 gateway."""
     # The gateway app is an application on top of this package; only this edge loads it.
@@ -108,6 +155,10 @@ def gateway(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         cors_origins=cors_origin,
+        defs_dir=defs_dir,
+        action_timeout_s=action_timeout,
+        action_lease_s=action_lease,
+        action_retention_s=action_retention,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

@@ -12,11 +12,13 @@
     )
     client.tracker.insert("notes", "n1", {"text": "hello"})   # local, instant, queued
     client.coordinator.sync_once()                           # pull all pages, then push
+    client.action("alerts", "notify", {"text": "hi"})        # runs once on the gateway
     client.close()
 
 See ``docs/client.md`` for the whole API and the guarantees behind it.
 """
 
+from ._actions import ActionEntry, ActionQueue, ActionResponse, ActionTransport
 from ._client import GatewayConfig, LakeSyncClient, create_client, system_clock_ms
 from ._coordinator import SyncCoordinator, SyncMode, SyncReport
 from ._db import LocalDB
@@ -36,6 +38,10 @@ from ._transport import (
 from ._watch import QueryWatch
 
 __all__ = [
+    "ActionEntry",
+    "ActionQueue",
+    "ActionResponse",
+    "ActionTransport",
     "Checkpoint",
     "DeadLetterError",
     "GatewayConfig",

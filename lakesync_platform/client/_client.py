@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -9,9 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.actions import ActionErrorResult, ActionResult
 from ..core.errors import ValidationError
 from ..core.hlc import HLC, decode
 from ..core.schema import TableSchema
+from ._actions import ActionEntry, ActionQueue, ActionTransport
 from ._coordinator import SyncCoordinator, SyncMode, SyncReport
 from ._db import LocalDB
 from ._http import HttpTransport
@@ -24,6 +27,8 @@ from ._transport import OfflineTransport, Transport
 from ._watch import QueryWatch, Rows
 
 __all__ = ["GatewayConfig", "LakeSyncClient", "create_client", "system_clock_ms"]
+
+log = logging.getLogger(__name__)
 
 
 def system_clock_ms() -> int:
@@ -100,6 +105,58 @@ class LakeSyncClient:
     def sync_once(self) -> SyncReport:
         """Shortcut for ``coordinator.sync_once()``."""
         return self.coordinator.sync_once()
+
+    # ---------------------------------------------------------------- actions
+
+    @property
+    def _actions(self) -> ActionQueue:
+        assert self.coordinator.actions is not None
+        return self.coordinator.actions
+
+    def action(
+        self,
+        connector: str,
+        action_type: str,
+        params: Mapping[str, Any],
+        idempotency_key: str | None = None,
+    ) -> ActionResult | ActionErrorResult | None:
+        """Run an action on the gateway's ``connector`` (PROTOCOL.md §8); it runs once.
+
+        The action is queued in the local database first, then sent at once. Returns its
+        result, or ``None`` when the gateway could not be reached or answered that the action
+        is still running: it stays queued, is sent again (same ``actionId`` and
+        ``idempotencyKey``) on the next sync, and its result reaches
+        :meth:`on_action_complete` listeners and :meth:`action_result`.
+        """
+        queued = self._actions.enqueue(connector, action_type, params, idempotency_key)
+        try:
+            for result in self._actions.process(self.transport, only=queued.action_id):
+                return result
+        except Exception as exc:
+            log.info("action %s queued for the next sync: %s", queued.action_id, exc)
+        return None
+
+    def action_result(self, action_id: str) -> ActionResult | ActionErrorResult | None:
+        """The final result of a queued action (``None`` while it is not done)."""
+        return self._actions.result(action_id)
+
+    def pending_actions(self) -> list[ActionEntry]:
+        """Actions waiting to be (re)sent, oldest first."""
+        return self._actions.entries("pending") + self._actions.entries("sending")
+
+    def on_action_complete(
+        self, listener: Callable[[str, ActionResult | ActionErrorResult], None]
+    ) -> Callable[[], None]:
+        """Call ``listener(action_id, result)`` with each action's final result; returns a
+        function that removes the listener."""
+        return self._actions.on_complete(listener)
+
+    def describe_actions(self) -> dict[str, Any]:
+        """The gateway's connectors and their action types (``{"connectors": {…}}``, with each
+        type's ``paramsSchema``); none when the transport cannot send actions."""
+        if not isinstance(self.transport, ActionTransport):
+            return {"connectors": {}}
+        return self.transport.describe_actions()
 
     def close(self) -> None:
         """Stop auto-sync, end watches, close the transport and the database. Idempotent."""
@@ -179,7 +236,7 @@ def create_client(
             state.client_id = client_id
         for schema in schemas:
             registry.register(schema)
-        high = max(state.hlc_high, outbox.max_hlc())
+        high = max(state.hlc_high, outbox.max_hlc(), ActionQueue.create(db))
         wall, counter = decode(high)
         hlc = HLC(clock, wall=wall, counter=counter)
         if transport is None:
@@ -196,6 +253,7 @@ def create_client(
                 else OfflineTransport()
             )
         tracker = SyncTracker(db, registry, outbox, hlc, client_id, clock)
+        actions = ActionQueue(db, hlc, client_id, clock, max_retries)
         coordinator = SyncCoordinator(
             db=db,
             registry=registry,
@@ -210,6 +268,7 @@ def create_client(
             push_batch_size=push_batch_size,
             pull_page_size=pull_page_size,
             auto_sync_ms=auto_sync_ms,
+            actions=actions,
         )
     except BaseException:
         db.close()

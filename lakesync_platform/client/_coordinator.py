@@ -1,9 +1,10 @@
 """The sync engine: pull remote pages, push the outbox, on demand or on a background thread.
 
 ``sync_once`` = initial checkpoint (first sync only, when the gateway offers one; a 404 means
-none) → pull every page while ``hasMore`` → push every due outbox batch → if anything was
-pushed, pull once more, so the client holds the gateway's resolution of its own writes (columns
-it lost, rows that left its view) when ``sync_once`` returns. Differences from the reference
+none) → pull every page while ``hasMore`` → push every due outbox batch → send every due queued
+action (:mod:`._actions`) → if anything was pushed, pull once more, so the client holds the
+gateway's resolution of its own writes (columns it lost, rows that left its view) when
+``sync_once`` returns. Differences from the reference
 coordinator (PROTOCOL.md §12), on purpose:
 
 * the pull cursor is persisted, in the same transaction as the page it belongs to, and is never
@@ -27,6 +28,7 @@ from typing import Generic, Literal, TypeVar
 
 from ..core.errors import ClockDriftError, RateLimitedError
 from ..core.hlc import HLC, encode
+from ._actions import ActionQueue
 from ._applier import apply_rows
 from ._db import LocalDB
 from ._errors import DeadLetterError, TransportError, is_permanent
@@ -108,6 +110,7 @@ class SyncCoordinator:
         push_batch_bytes: int = 512 * 1024,
         pull_page_size: int = 1000,
         auto_sync_ms: int = 10_000,
+        actions: ActionQueue | None = None,
     ) -> None:
         self._db = db
         self._registry = registry
@@ -117,6 +120,8 @@ class SyncCoordinator:
         """The transport in use."""
         self.tracker = tracker
         """Local writes (insert / update / delete / query)."""
+        self.actions = actions
+        """The queue of actions sent on each sync (``None``: actions are not used)."""
         self._hlc = hlc
         self._clock = clock
         self.sync_mode: SyncMode = sync_mode
@@ -349,6 +354,11 @@ class SyncCoordinator:
                     pushed = self.push()
                 except Exception as exc:
                     failure = failure or exc
+                if self.actions is not None:
+                    try:
+                        self.actions.process(self.transport)
+                    except Exception as exc:
+                        failure = failure or exc
             if pushed and failure is None and self.sync_mode == "full":
                 try:
                     pulled += self.pull()

@@ -1,6 +1,7 @@
 """Protocol v1 over HTTP JSON (PROTOCOL.md §4), with :mod:`httpx`.
 
 * ``push`` → ``POST {url}/v1/sync/{gw}/push``; ``pull`` → ``GET .../pull?format=stamped``;
+  ``execute_actions`` → ``POST .../action``; ``describe_actions`` → ``GET .../actions``;
   ``checkpoint`` → ``GET .../checkpoint`` (404 = no checkpoint; otherwise a stream of
   big-endian ``uint32`` length-prefixed protobuf ``SyncResponse`` frames, header
   ``X-Checkpoint-Hlc``, §6).
@@ -9,8 +10,10 @@
 * Connection failures and timeouts (:class:`httpx.TransportError`) are retried ``retries``
   times by :mod:`tenacity`, after 0.1 s, 0.2 s, 0.4 s, … (at most :data:`RETRY_WAIT_MAX_S`); a
   push retried after a timeout is safe because the gateway deduplicates by ``deltaId`` (the
-  batch is sent again byte for byte, never re-stamped). Answers are not retried here: a 429 or
-  503 goes back to the outbox, which retries it later and honours ``Retry-After``.
+  batch is sent again byte for byte, never re-stamped), and so is a request of actions (same
+  ``actionId`` and ``idempotencyKey``: the gateway runs each once). Answers are not retried
+  here: a 429 or 503 goes back to the outbox, which retries it later and honours
+  ``Retry-After``.
 * A checkpoint frame that does not decode raises ``CodecError`` (a ``ValidationError``): the
   engine then reports it and pulls from the start instead.
 * Error responses become the exception with the envelope's ``code``
@@ -27,9 +30,11 @@ import httpx
 import msgspec
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from ..core.actions import Action, action_result_from_json
 from ..core.delta import RowDelta
 from ..core.proto import decode_sync_response
 from ..core.wire import delta_to_wire
+from ._actions import ActionResponse
 from ._errors import TransportError, error_from_envelope
 from ._transport import Checkpoint, PullResponse, PushAck
 from ._wire import decode_pull_body
@@ -221,6 +226,30 @@ class HttpTransport:
             return Checkpoint(deltas, snapshot)
         finally:
             response.close()
+
+    def execute_actions(self, client_id: str, actions: Sequence[Action]) -> ActionResponse:
+        """``POST /v1/sync/{gw}/action``: one result per action, in order."""
+        body = _encoder.encode({"clientId": client_id, "actions": [a.to_json() for a in actions]})
+        url = f"{self._base}/sync/{self.gateway_id}/action"
+        response = self._send(
+            lambda auth: self._client.build_request(
+                "POST", url, content=body, headers={**auth, "Content-Type": "application/json"}
+            )
+        )
+        self._raise_for(response)
+        data = _json(response)
+        try:
+            results = [action_result_from_json(r) for r in data["results"]]
+        except (KeyError, TypeError, ValueError):
+            raise TransportError(f"gateway sent invalid action results: {data!r:.200}") from None
+        return ActionResponse(results, _int(data.get("serverHlc", 0), "serverHlc"))
+
+    def describe_actions(self) -> dict[str, Any]:
+        """``GET /v1/sync/{gw}/actions``: ``{"connectors": {name: [descriptor]}}``."""
+        url = f"{self._base}/sync/{self.gateway_id}/actions"
+        response = self._send(lambda auth: self._client.build_request("GET", url, headers=auth))
+        self._raise_for(response)
+        return _json(response)
 
     def close(self) -> None:
         """Close the HTTP connection pool (if this transport created it)."""

@@ -21,6 +21,16 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
 :data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
 responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
 it, so a code is added in exactly one place.
+
+Actions (PROTOCOL.md §8) fail per action, inside a 200 answer, not as HTTP errors: a handler
+raises an :class:`ActionError` and the action's result carries its ``code`` and ``retryable``.
+:data:`ACTION_ERRORS_BY_CODE` is their registry::
+
+    ActionError              ACTION_EXECUTION_ERROR   the handler failed (retryable as it says)
+    ├── ActionNotSupportedError  ACTION_NOT_SUPPORTED  no such connector or action type
+    ├── ActionValidationError    ACTION_VALIDATION_ERROR  params do not match the action's schema
+    ├── ActionTimeoutError       ACTION_TIMEOUT        still running after the timeout (retryable)
+    └── ActionInProgressError    ACTION_IN_PROGRESS    a duplicate is running elsewhere (retryable)
 """
 
 from __future__ import annotations
@@ -30,7 +40,13 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 __all__ = [
+    "ACTION_ERRORS_BY_CODE",
     "ERRORS_BY_CODE",
+    "ActionError",
+    "ActionInProgressError",
+    "ActionNotSupportedError",
+    "ActionTimeoutError",
+    "ActionValidationError",
     "AdapterError",
     "AuthError",
     "BackpressureError",
@@ -155,3 +171,60 @@ ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
     }
 )
 """Every code the gateway sends, in the protocol's order, with the class that carries it."""
+
+
+class ActionError(Exception):
+    """An action failed (raised by a handler; becomes the action's ``ActionErrorResult``).
+
+    ``retryable`` says whether the client may send the action again: a retryable failure is not
+    stored, so the retry runs the handler again; any other outcome is stored and replayed.
+    """
+
+    code: ClassVar[str] = "ACTION_EXECUTION_ERROR"
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = self.default_retryable if retryable is None else retryable
+
+
+class ActionNotSupportedError(ActionError):
+    """No handler is registered for the connector, or it has no such action type."""
+
+    code = "ACTION_NOT_SUPPORTED"
+
+
+class ActionValidationError(ActionError):
+    """The action's ``params`` do not match its type's parameter schema."""
+
+    code = "ACTION_VALIDATION_ERROR"
+
+
+class ActionTimeoutError(ActionError):
+    """The handler was still running when the action timeout ran out (it may yet finish)."""
+
+    code = "ACTION_TIMEOUT"
+    default_retryable = True
+
+
+class ActionInProgressError(ActionError):
+    """The same action (by ``actionId`` or ``idempotencyKey``) is running in another request."""
+
+    code = "ACTION_IN_PROGRESS"
+    default_retryable = True
+
+
+ACTION_ERRORS_BY_CODE: Final[Mapping[str, type[ActionError]]] = MappingProxyType(
+    {
+        cls.code: cls
+        for cls in (
+            ActionError,
+            ActionNotSupportedError,
+            ActionValidationError,
+            ActionTimeoutError,
+            ActionInProgressError,
+        )
+    }
+)
+"""Every code an action's error result carries, with the class that raises it."""

@@ -26,6 +26,7 @@ from .schema import TableSchema
 from .sync_rules import SyncRules
 
 __all__ = [
+    "ActionClaim",
     "AppendRequest",
     "FlushRequest",
     "GatewayCounters",
@@ -229,6 +230,19 @@ PushPlanner = Callable[[LoadedRows], PushPlan]
 nothing is written)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ActionClaim:
+    """The outcome of claiming an action's keys (:meth:`WalStore.claim_action`).
+
+    ``status`` is ``"claimed"`` (the caller now runs the action and must finish it),
+    ``"stored"`` (it ran before: ``result_json`` is its stored result) or ``"running"``
+    (another caller holds an unexpired claim on one of the keys).
+    """
+
+    status: str
+    result_json: str | None = None
+
+
 # ---------------------------------------------------------------------- the port
 
 
@@ -333,6 +347,44 @@ class WalStore(Protocol):
 
     def table_columns(self, gw: str) -> dict[str, list[str]]:
         """Every column ever accepted, per table, in first-seen order."""
+        ...
+
+    # -- action results (idempotency)
+
+    def claim_action(
+        self,
+        gw: str,
+        client_id: str,
+        keys: Sequence[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+    ) -> ActionClaim:
+        """Claim ``keys`` (an action's id, and its idempotency key if any) for ``owner``.
+
+        In one transaction: a stored result under any key wins (the first key's first); else an
+        unexpired claim by someone else means ``running``; else every key is claimed for
+        ``owner`` (a claim older than ``lease_ms`` — its owner crashed — is taken over). Two
+        concurrent claims of one key — in one process or in several on one database — never
+        both succeed.
+        """
+        ...
+
+    def finish_action(
+        self,
+        gw: str,
+        client_id: str,
+        keys: Sequence[str],
+        owner: str,
+        result_json: str | None,
+        now_ms: int,
+    ) -> bool:
+        """Store ``result_json`` under ``keys`` claimed by ``owner`` (``None``: release them, so
+        the action may run again). ``False`` if ``owner`` no longer holds them."""
+        ...
+
+    def purge_actions(self, before_ms: int) -> int:
+        """Forget stored results and claims last written before ``before_ms``; return how many."""
         ...
 
     # -- flush requests

@@ -2,9 +2,10 @@
 
 Same semantics as the SQL WAL (:mod:`.store`) — ids deduplicated forever, pushes planned and
 committed whole or not at all, row states and entries stored in their encoded form and decoded
-on read, watermarks that never move backwards, trimming bounded by the watermark — without a
-database: for fast tests and for embedding the engine where durability does not matter. One
-lock serialises every operation; a pull reads a snapshot of the rows taken when it starts.
+on read, watermarks that never move backwards, trimming bounded by the watermark, action keys
+claimed once — without a database: for fast tests and for embedding the engine where
+durability does not matter. One lock serialises every operation; a pull reads a snapshot of the
+rows taken when it starts.
 Nothing survives :meth:`MemoryWal.close`.
 """
 
@@ -24,6 +25,7 @@ from ..core.merge import RowState, decode_row_state
 from ..core.schema import TableSchema, evolve_schema, parse_table_schema, table_schema_to_json
 from ..core.sync_rules import SyncRules, parse_sync_rules, sync_rules_to_json
 from ..core.wal import (
+    ActionClaim,
     AppendRequest,
     FlushRequest,
     GatewayCounters,
@@ -83,6 +85,16 @@ class _Config:
     columns: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
+@dataclass
+class _ActionRow:
+    """A claim or stored result of one action key (what ``wal_actions`` holds)."""
+
+    owner: str
+    result_json: str | None
+    claimed_ms: int
+    updated_ms: int
+
+
 class MemoryRowReader:
     """A pull's view of a gateway's rows and of one client's records, as of its start."""
 
@@ -110,6 +122,7 @@ class MemoryWal:
         self._configs: dict[str, _Config] = {}
         self._deliveries: dict[str, _Deliveries] = {}
         self._flush_requests: dict[str, FlushRequest] = {}
+        self._actions: dict[tuple[str, str, str], _ActionRow] = {}
         self._closed = False
 
     def _open(self) -> None:
@@ -319,6 +332,63 @@ class MemoryWal:
                 for tbl in sorted(known)
             }
 
+    # ------------------------------------------------------------------ action results
+
+    def claim_action(
+        self,
+        gw: str,
+        client_id: str,
+        keys: Sequence[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+    ) -> ActionClaim:
+        """Claim ``keys`` for ``owner``, or report the stored result or the running claim."""
+        with self._lock:
+            self._open()
+            found = {k: row for k in keys if (row := self._actions.get((gw, client_id, k)))}
+            for key in keys:
+                row = found.get(key)
+                if row is not None and row.result_json is not None:
+                    return ActionClaim("stored", row.result_json)
+            if any(row.claimed_ms > now_ms - lease_ms for row in found.values()):
+                return ActionClaim("running")
+            for key in keys:
+                self._actions[(gw, client_id, key)] = _ActionRow(owner, None, now_ms, now_ms)
+            return ActionClaim("claimed")
+
+    def finish_action(
+        self,
+        gw: str,
+        client_id: str,
+        keys: Sequence[str],
+        owner: str,
+        result_json: str | None,
+        now_ms: int,
+    ) -> bool:
+        """Store ``result_json`` under ``owner``'s claim of ``keys`` (``None``: release it)."""
+        with self._lock:
+            self._open()
+            done = False
+            for key in keys:
+                row = self._actions.get((gw, client_id, key))
+                if row is None or row.owner != owner or row.result_json is not None:
+                    continue
+                done = True
+                if result_json is None:
+                    del self._actions[(gw, client_id, key)]
+                else:
+                    row.result_json, row.updated_ms = result_json, now_ms
+            return done
+
+    def purge_actions(self, before_ms: int) -> int:
+        """Forget results and claims last written before ``before_ms``."""
+        with self._lock:
+            old = [k for k, row in self._actions.items() if row.updated_ms < before_ms]
+            for k in old:
+                del self._actions[k]
+            return len(old)
+
     # ------------------------------------------------------------------ flush requests
 
     def request_flush(self, gw: str, now_ms: int) -> FlushRequest:
@@ -375,3 +445,4 @@ class MemoryWal:
             self._configs.clear()
             self._deliveries.clear()
             self._flush_requests.clear()
+            self._actions.clear()

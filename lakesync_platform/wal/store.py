@@ -9,6 +9,7 @@ of gateway ids, isolated by key, from cohesive parts:
 * :mod:`.rows` — row state, what each client holds, pull bookkeeping;
 * :mod:`.config` — schemas, sync rules, known columns;
 * :mod:`.flush_requests` — the flush-request queue;
+* :mod:`.actions` — action claims and stored results (idempotency of actions);
 * :mod:`.database` and :mod:`.sqlite` — engines and transactions; SQLite's writer lock and
   background checkpointer.
 
@@ -24,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import AdapterError
 from . import tables as t
+from .actions import SqlActions
 from .append import SqlAppend
 from .config import SqlConfigStore
 from .database import create_engines, redact
@@ -34,9 +36,9 @@ from .log import SqlLog
 __all__ = ["WriteAheadLog"]
 
 
-class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlFlushRequests):
-    """The accepted-change log, row state, delivery state, config store and flush requests of
-    every gateway, in one SQL database."""
+class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlFlushRequests, SqlActions):
+    """The accepted-change log, row state, delivery state, config store, flush requests and
+    action results of every gateway, in one SQL database."""
 
     def __init__(
         self,

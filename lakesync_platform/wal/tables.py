@@ -27,6 +27,7 @@ from sqlalchemy import (
 __all__ = [
     "LEGACY_HLC",
     "MIGRATIONS",
+    "actions",
     "client_rows",
     "clients",
     "delta_ids",
@@ -181,6 +182,23 @@ flush_requests = Table(
     Index("ix_wal_flush_requests_status", "status", "gateway_id"),
 )
 
+actions = Table(
+    "wal_actions",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("client_id", Text, nullable=False),
+    # "id:<actionId>" or "key:<idempotencyKey>": an action holds one row per key it has.
+    Column("action_key", Text, nullable=False),
+    # The claim's holder (a random token per execution); "running" until the result is stored.
+    Column("owner", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("result_json", Text, nullable=True),
+    Column("claimed_ms", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "client_id", "action_key", name="pk_wal_actions"),
+    Index("ix_wal_actions_updated", "updated_ms"),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     metadata.create_all(conn)
@@ -215,9 +233,16 @@ def _v2_delta_ids_by_hlc(conn: Connection) -> None:
     conn.exec_driver_sql("DROP TABLE wal_delta_ids_v1")
 
 
+def _v3_actions(conn: Connection) -> None:
+    """Add ``wal_actions`` (action results and claims); a database created at version 1 by
+    this code has it already."""
+    actions.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1_initial),
     (2, _v2_delta_ids_by_hlc),
+    (3, _v3_actions),
 ]
 """Ordered ``(version, migrate)`` pairs; append new ones, never edit applied ones."""
 

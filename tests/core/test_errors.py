@@ -6,7 +6,9 @@ import inspect
 
 from lakesync_platform.core import errors
 from lakesync_platform.core.errors import (
+    ACTION_ERRORS_BY_CODE,
     ERRORS_BY_CODE,
+    ActionError,
     AuthError,
     LakeSyncError,
     RateLimitedError,
@@ -78,3 +80,20 @@ def test_an_instance_may_carry_its_own_status_without_changing_the_class() -> No
     assert SchemaError.http_status == 422
     limited = RateLimitedError("Too many requests", retry_after=7)
     assert (limited.retry_after, limited.http_status) == (7, 429)
+
+
+def test_action_error_codes_are_registered_with_their_retryability() -> None:
+    assert {code: cls.default_retryable for code, cls in ACTION_ERRORS_BY_CODE.items()} == {
+        "ACTION_EXECUTION_ERROR": False,
+        "ACTION_NOT_SUPPORTED": False,
+        "ACTION_VALIDATION_ERROR": False,
+        "ACTION_TIMEOUT": True,
+        "ACTION_IN_PROGRESS": True,
+    }
+    tree = {
+        cls
+        for _, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, ActionError)
+    }
+    assert tree == set(ACTION_ERRORS_BY_CODE.values())
+    assert ActionError("x", retryable=True).retryable

@@ -86,6 +86,17 @@ def contract_config() -> dict[str, Any]:
                     },
                 },
             },
+            # Actions as an admin, who may send them for any client id; discovery as a client.
+            {
+                "include-operation-id": "action",
+                "headers": _bearer("admin", "admin"),
+                "checks": {
+                    # Every action's clientId must be the request's (PROTOCOL.md §8 shapes): a
+                    # rule across fields a JSON Schema cannot state, answered 400.
+                    "positive_data_acceptance": {"expected-statuses": [*ACCEPTED, "400"]},
+                },
+            },
+            {"include-operation-id": "describe_actions", "headers": _bearer(CLIENT)},
             {
                 "include-operation-id": "save_schema",
                 "checks": {

@@ -43,6 +43,8 @@ def test_every_route_is_documented_once(document: dict[str, Any]) -> None:
         ("POST", "/v1/sync/{gw}/push"),
         ("GET", "/v1/sync/{gw}/pull"),
         ("GET", "/v1/sync/{gw}/checkpoint"),
+        ("POST", "/v1/sync/{gw}/action"),
+        ("GET", "/v1/sync/{gw}/actions"),
         ("POST", "/v1/admin/schema/{gw}"),
         ("GET", "/v1/admin/schema/{gw}"),
         ("POST", "/v1/admin/sync-rules/{gw}"),
@@ -87,9 +89,18 @@ def test_request_bodies_are_documented(document: dict[str, Any]) -> None:
     }
     assert bodies == {
         ("POST", "/v1/sync/{gw}/push"): "#/components/schemas/PushRequest",
+        ("POST", "/v1/sync/{gw}/action"): "#/components/schemas/ActionRequest",
         ("POST", "/v1/admin/schema/{gw}"): "#/components/schemas/TableSchemaBody",
         ("POST", "/v1/admin/sync-rules/{gw}"): "#/components/schemas/SyncRulesBody",
     }
+
+
+def test_action_results_are_one_of_two_shapes(document: dict[str, Any]) -> None:
+    schemas = document["components"]["schemas"]
+    success, failure = schemas["ActionResponseBody"]["properties"]["results"]["items"]["oneOf"]
+    assert success["required"] == ["actionId", "data", "serverHlc"]
+    assert failure["required"] == ["actionId", "code", "message", "retryable"]
+    assert schemas["ActionRequest"]["properties"]["actions"]["maxItems"] == 100
 
 
 def test_pull_parameters(document: dict[str, Any]) -> None:

@@ -2,10 +2,13 @@
 
 Appending (claimed ids, loaded rows, a plan written whole or not at all), reading entries,
 scanning rows for pulls, pull bookkeeping and client records, the config store, flush requests,
-watermarks, trimming and counters.
+watermarks, trimming and counters, action claims and stored results.
 """
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -16,6 +19,7 @@ from lakesync_platform.core.merge import ColumnState, RowState, encode_row_state
 from lakesync_platform.core.schema import parse_table_schema
 from lakesync_platform.core.sync_rules import parse_sync_rules, sync_rules_to_json
 from lakesync_platform.core.wal import (
+    ActionClaim,
     AppendRequest,
     GatewayCounters,
     LoadedRows,
@@ -248,3 +252,67 @@ def test_row_states_reflect_the_merge(store: WalStore, gw: str) -> None:
     service.push(gw, "b", [make_delta("b", encode(BASE_MS, 2), "t", "r", None)])
     [(row_id, state)] = list(store.row_states(gw, "t"))
     assert row_id == "r" and not state.live and state.delete_client == "b"
+
+
+# ---------------------------------------------------------------------- action results
+
+LEASE = 60_000
+
+
+def test_an_action_claim_is_held_until_its_result_is_stored(store: WalStore, gw: str) -> None:
+    keys = ["id:a1", "key:k1"]
+    assert store.claim_action(gw, "c", keys, "o1", BASE_MS, LEASE) == ActionClaim("claimed")
+    assert store.claim_action(gw, "c", keys, "o2", BASE_MS + 1, LEASE).status == "running"
+    # Another action with the same idempotency key waits on the same claim.
+    assert store.claim_action(gw, "c", ["id:a2", "key:k1"], "o3", BASE_MS, LEASE).status == (
+        "running"
+    )
+    assert not store.finish_action(gw, "c", keys, "o2", '{"r":1}', BASE_MS)  # not its claim
+    assert store.finish_action(gw, "c", keys, "o1", '{"r":1}', BASE_MS + 5)
+    stored = ActionClaim("stored", '{"r":1}')
+    assert store.claim_action(gw, "c", keys, "o4", BASE_MS + 9, LEASE) == stored
+    assert store.claim_action(gw, "c", ["id:a1"], "o4", BASE_MS + 9, LEASE) == stored
+    assert store.claim_action(gw, "c", ["id:a3", "key:k1"], "o4", BASE_MS, LEASE) == stored
+    # Results never leak to another client or gateway.
+    assert store.claim_action(gw, "d", keys, "o5", BASE_MS, LEASE).status == "claimed"
+    assert store.claim_action(gw + "_2", "c", keys, "o6", BASE_MS, LEASE).status == "claimed"
+
+
+def test_a_released_claim_may_run_again(store: WalStore, gw: str) -> None:
+    keys = ["id:a1"]
+    assert store.claim_action(gw, "c", keys, "o1", BASE_MS, LEASE).status == "claimed"
+    assert store.finish_action(gw, "c", keys, "o1", None, BASE_MS)
+    assert store.claim_action(gw, "c", keys, "o2", BASE_MS, LEASE).status == "claimed"
+
+
+def test_an_expired_claim_is_taken_over(store: WalStore, gw: str) -> None:
+    keys = ["id:a1", "key:k1"]
+    assert store.claim_action(gw, "c", keys, "o1", BASE_MS, LEASE).status == "claimed"
+    assert store.claim_action(gw, "c", keys, "o2", BASE_MS + LEASE, LEASE).status == "claimed"
+    assert not store.finish_action(gw, "c", keys, "o1", '{"late":1}', BASE_MS + LEASE)
+    assert store.finish_action(gw, "c", keys, "o2", '{"r":2}', BASE_MS + LEASE)
+    assert store.claim_action(gw, "c", keys, "o3", BASE_MS * 2, LEASE).result_json == '{"r":2}'
+
+
+def test_concurrent_claims_of_one_key_succeed_once(store: WalStore, gw: str) -> None:
+    start = threading.Barrier(8)
+
+    def claim(i: int) -> str:
+        start.wait()
+        return store.claim_action(gw, "c", ["id:x", "key:y"], f"o{i}", BASE_MS, LEASE).status
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = sorted(pool.map(claim, range(8)))
+    assert outcomes == ["claimed"] + ["running"] * 7
+
+
+def test_purge_forgets_old_results_and_claims(store: WalStore, gw: str) -> None:
+    old = BASE_MS - 10 * LEASE  # older than anything another test of a shared database wrote
+    store.claim_action(gw, "c", ["id:old"], "o", old, LEASE)
+    store.finish_action(gw, "c", ["id:old"], "o", "{}", old)
+    store.claim_action(gw, "c", ["id:stale"], "o", old, LEASE)
+    store.claim_action(gw, "c", ["id:new"], "o", BASE_MS, LEASE)
+    assert store.purge_actions(old + 1) >= 2
+    assert store.claim_action(gw, "c", ["id:old"], "o2", BASE_MS, LEASE).status == "claimed"
+    assert store.claim_action(gw, "c", ["id:stale"], "o2", old, LEASE).status == "claimed"
+    assert store.claim_action(gw, "c", ["id:new"], "o2", BASE_MS, LEASE).status == "running"
