@@ -13,16 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from litestar import Litestar
 from litestar.exceptions import HTTPException
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.admin import GatewayAdmin
+from lakesync_platform.sync.realtime import RealtimeService
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .controllers import CONTROLLERS
+from .controllers.realtime import realtime_limits
 from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .metrics import Metrics
@@ -62,20 +65,26 @@ def create_app(
             if settings.rate_limit
             else None
         )
+        sync = SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes)
+        feed_offload = Offload(
+            settings.request_timeout_s, anyio.CapacityLimiter(settings.ws_feed_threads)
+        )
         slot.services = GatewayServices(
-            sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+            sync=sync,
             admin=GatewayAdmin(store, wall),
             metrics=metrics,
             offload=Offload(settings.request_timeout_s),
+            realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
         )
         app.state.gateway = GatewayState(
             settings=settings, wal=store, services=slot.services, limiter=limiter, clock=wall
         )
         log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
 
-    def shutdown(app: Litestar) -> None:
+    async def shutdown(app: Litestar) -> None:
         state: GatewayState | None = getattr(app.state, "gateway", None)
         if state is not None:
+            await state.services.realtime.close_all()
             state.services.sync.close()
             if wal is None:
                 state.wal.close()

@@ -133,7 +133,10 @@ class GatewaySettings:
     token is accepted until ``exp`` plus ``jwt_leeway_s`` seconds of clock skew (0, the
     reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
-    set.
+    set. WebSocket (``ws_*``): sessions per process (``ws_max_connections``), messages per
+    second per socket, the frame size limit, frames queued for a socket before it counts as too
+    far behind and is closed, how often the WAL's last cursor is read to see other processes'
+    commits, and the worker threads that run broadcast pulls (apart from the requests').
     """
 
     wal_url: str
@@ -146,6 +149,12 @@ class GatewaySettings:
     allowed_origins: tuple[str, ...] | None = None
     max_body_bytes: int = 1_048_576
     request_timeout_s: float = 30.0
+    ws_max_connections: int = 1000
+    ws_max_messages_per_s: int = 50
+    ws_max_frame_bytes: int = 1_048_576
+    ws_send_queue_frames: int = 64
+    ws_poll_interval_s: float = 0.025
+    ws_feed_threads: int = 8
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:

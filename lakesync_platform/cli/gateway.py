@@ -6,6 +6,7 @@ gateway's server, which builds the app with ``create_app(settings)`` in each wor
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -33,20 +34,30 @@ def gateway_settings(
     max_backlog_bytes: int | None,
     rate_limit: int | None,
     cors_origins: tuple[str, ...],
+    ws_max_connections: int | None = None,
+    ws_rate_limit: int | None = None,
+    ws_send_queue: int | None = None,
 ) -> GatewaySettings:
-    """The gateway's settings from its flags (the secret file is created on first start)."""
+    """The gateway's settings from its flags (the secret file is created on first start);
+    ``ws_*`` flags left unset keep the settings' defaults."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
         if jwt_secret_previous:
             secrets.append(jwt_secret_previous)
-    return GatewaySettings(
+    settings = GatewaySettings(
         wal_url=wal_url or DataLayout.at(data_dir).wal_url,
         jwt_secrets=tuple(secrets),
         auth_enabled=not no_auth,
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         allowed_origins=cors_origins or None,
+    )
+    return dataclasses.replace(
+        settings,
+        ws_max_connections=ws_max_connections or settings.ws_max_connections,
+        ws_max_messages_per_s=ws_rate_limit or settings.ws_max_messages_per_s,
+        ws_send_queue_frames=ws_send_queue or settings.ws_send_queue_frames,
     )
 
 
@@ -73,6 +84,21 @@ def gateway_settings(
     "--cors-origin", multiple=True, help="Allowed CORS origin (repeat); default reflects any."
 )
 @click.option(
+    "--ws-max-connections",
+    type=click.IntRange(min=1),
+    help="WebSocket sessions per process (default 1000).",
+)
+@click.option(
+    "--ws-rate-limit",
+    type=click.IntRange(min=1),
+    help="WebSocket messages per second per socket (default 50).",
+)
+@click.option(
+    "--ws-send-queue",
+    type=click.IntRange(min=1),
+    help="Frames queued for a socket before it is closed as too far behind (default 64).",
+)
+@click.option(
     "--workers",
     default=1,
     show_default=True,
@@ -91,6 +117,9 @@ def gateway(
     max_backlog_bytes: int | None,
     rate_limit: int | None,
     cors_origin: tuple[str, ...],
+    ws_max_connections: int | None,
+    ws_rate_limit: int | None,
+    ws_send_queue: int | None,
     workers: int,
     log_level: str,
 ) -> None:
@@ -108,6 +137,9 @@ def gateway(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         cors_origins=cors_origin,
+        ws_max_connections=ws_max_connections,
+        ws_rate_limit=ws_rate_limit,
+        ws_send_queue=ws_send_queue,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

@@ -299,6 +299,10 @@ class WalStore(Protocol):
         """Remember that ``client_id`` pulled from ``since``, then read rows for its page."""
         ...
 
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
+        ...
+
     def save_client_records(
         self, gw: str, client_id: str, records: Mapping[str, RowRecord]
     ) -> None:

@@ -36,13 +36,15 @@ INGEST_CLIENT_PREFIX = "ingest:"
 class PushResult:
     """Outcome of one push: ``accepted`` counts new and duplicate deltas; ``entries`` were added.
 
-    ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled).
+    ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled);
+    ``head`` the gateway's last cursor after the push (rows it moved end at or before it).
     """
 
     accepted: int
     duplicates: int
     entries: tuple[WalEntry, ...]
     server_hlc: int
+    head: int = 0
 
 
 class SyncService:
@@ -127,8 +129,9 @@ class SyncService:
 
         commit = self.wal.append_changes(gw, request, planner, now)
         self._learn_columns(cfg, commit.plan)
+        plan = commit.plan
         return PushResult(
-            len(deltas), commit.plan.duplicates, tuple(commit.plan.entries), commit.last_since
+            len(deltas), plan.duplicates, tuple(plan.entries), commit.last_since, plan.last_cursor
         )
 
     def append(self, gw: str, source: str, deltas: Sequence[RowDelta]) -> tuple[WalEntry, ...]:
@@ -196,6 +199,15 @@ class SyncService:
                 gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled): every row changed
+        up to it has been delivered to that client, so a feed may start there."""
+        return self.wal.last_pulled_since(gw, client_id)
+
+    def head(self, gw: str) -> int:
+        """The gateway's last ingest cursor: it grows with every commit, by any process."""
+        return self.wal.max_cursor(gw)
 
     def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
         """The gateway's current row state of ``table`` (tests, checks, admin)."""

@@ -232,6 +232,12 @@ class MemoryWal:
 
     # ------------------------------------------------------------------ rows and clients
 
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
+        with self._lock:
+            delivery = self._deliveries.get(gw)
+            return 0 if delivery is None else delivery.last_since.get(client_id, 0)
+
     @contextmanager
     def pull_read(
         self, gw: str, client_id: str, since: int, now_ms: int

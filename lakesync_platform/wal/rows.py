@@ -89,6 +89,11 @@ class SqlRows(SqlDatabase):
             conn.exec_driver_sql(record, (gw, client_id, since, now_ms))
             yield SqlRowReader(conn, gw, client_id, scan_sql)
 
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
+        with self.read() as conn:
+            return self._last_since(conn, gw, client_id) or 0
+
     def save_client_records(
         self, gw: str, client_id: str, records: Mapping[str, RowRecord]
     ) -> None:
