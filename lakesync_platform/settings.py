@@ -134,9 +134,10 @@ class GatewaySettings:
     reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
     set. WebSocket (``ws_*``): sessions per process (``ws_max_connections``), messages per
-    second per socket, the frame size limit, frames queued for a socket before it counts as too
-    far behind and is closed, how often the WAL's last cursor is read to see other processes'
-    commits, and the worker threads that run broadcast pulls (apart from the requests').
+    second per socket, the frame size limit, replies and broadcast pages queued for a socket
+    before it counts as too far behind and is closed, how often the WAL's last cursor is read
+    to see other processes' commits, and the worker threads that run broadcast pulls (apart
+    from the requests').
     """
 
     wal_url: str
@@ -152,7 +153,7 @@ class GatewaySettings:
     ws_max_connections: int = 1000
     ws_max_messages_per_s: int = 50
     ws_max_frame_bytes: int = 1_048_576
-    ws_send_queue_frames: int = 64
+    ws_send_queue: int = 64
     ws_poll_interval_s: float = 0.025
     ws_feed_threads: int = 8
 

@@ -43,7 +43,7 @@ def realtime_limits(settings: GatewaySettings) -> RealtimeLimits:
         max_connections=settings.ws_max_connections,
         max_messages_per_s=settings.ws_max_messages_per_s,
         max_frame_bytes=settings.ws_max_frame_bytes,
-        send_queue_frames=settings.ws_send_queue_frames,
+        send_queue=settings.ws_send_queue,
         poll_interval_s=settings.ws_poll_interval_s,
     )
 

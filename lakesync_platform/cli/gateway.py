@@ -57,7 +57,7 @@ def gateway_settings(
         settings,
         ws_max_connections=ws_max_connections or settings.ws_max_connections,
         ws_max_messages_per_s=ws_rate_limit or settings.ws_max_messages_per_s,
-        ws_send_queue_frames=ws_send_queue or settings.ws_send_queue_frames,
+        ws_send_queue=ws_send_queue or settings.ws_send_queue,
     )
 
 
@@ -96,7 +96,8 @@ def gateway_settings(
 @click.option(
     "--ws-send-queue",
     type=click.IntRange(min=1),
-    help="Frames queued for a socket before it is closed as too far behind (default 64).",
+    help="Replies and broadcast pages queued for a socket before it is closed as too far"
+    " behind (default 64).",
 )
 @click.option(
     "--workers",

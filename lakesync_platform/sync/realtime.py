@@ -8,14 +8,20 @@ more function handed to :meth:`RealtimeService.handle`. A handler's reply is sen
 **Push** is :meth:`SyncService.push` — the same validation, one transaction, the reply only
 after the commit — as over HTTP.
 
-**Broadcast** is the session's own pull. The service keeps, per session, the cursor the client
-holds as far as the server can tell — what the frames sent to it last set it to, mirroring the
-TypeScript client: a pull reply's cursor, a broadcast's, a push reply's ``serverHlc`` — starting
-at the cursor the client last pulled from (durable in the WAL). When the gateway's log grows,
-every session of that gateway runs :meth:`SyncService.pull` from that cursor with its own claims
-and sends each non-empty page as a ``0x03`` frame. Pull's guarantees hold as they are: nothing
-outside the client's view, no entry skipped (the session never moves past what it sent), rows
-whole and current (never an old value over a newer one), rows entering and leaving the view.
+**Broadcast** is the session's own pull. Each session keeps a feed cursor — every row changed
+up to it has been sent on this socket — starting where the client last asked to pull from
+(durable in the WAL: a client that pulls from ``C`` holds every row up to ``C``, so frames lost
+with an earlier socket are sent again) and following the client's own pulls on the socket. When
+the gateway's log grows, every session of that gateway runs :meth:`SyncService.pull` from its
+feed cursor with its own claims (``feed=True``: not remembered as the client's pull) and sends
+each row of the page as a ``0x03`` frame of its own. Pull's guarantees hold as they are: nothing
+outside the client's view, no entry skipped (the feed never moves past what it sent), rows whole
+and current (never an old value over a newer one), rows entering and leaving the view.
+One frame per row because the TS applier applies a frame whole or not at all, and one case
+fails it that no server can foresee: a remote row that beats a local ``INSERT`` still queued
+(a plain ``INSERT`` on the row it created). Over pull the client retries from its unmoved
+cursor; a broadcast is not re-sent, so the failure must cost that row only — and that row comes
+back when the client pushes its ``INSERT`` (it changes the row or, losing, re-announces it).
 The pushing session is fed too: its pending write may have been overwritten by a broadcast that
 crossed its push (the TS applier ignores entries being sent), and only a later delivery of the
 row restores it.
@@ -31,8 +37,9 @@ broadcast at once and one in another process within an interval.
 
 Wake-ups coalesce: a session woken while it is already pulling pulls once more afterwards, so a
 burst of pushes costs each session at most two pulls, and a slow consumer costs the pushers
-nothing. Frames wait for the socket in a bounded queue; a session whose queue is full is closed
-with 1013 (try again later): the client reconnects and pulls from its cursor.
+nothing. Replies and broadcast pages (a page's frames together) wait for the socket in a
+bounded queue; a session whose queue is full is closed with 1013 (try again later): the client
+reconnects and pulls from its cursor.
 """
 
 from __future__ import annotations
@@ -143,7 +150,7 @@ class RealtimeLimits:
     max_connections: int = 1000
     max_messages_per_s: int = 50
     max_frame_bytes: int = 1_048_576
-    send_queue_frames: int = 64
+    send_queue: int = 64
     poll_interval_s: float = 0.025
     page_size: int = 1000
 
@@ -153,7 +160,8 @@ class Session:
     """One socket of one gateway: who is on it and the cursor its client holds.
 
     ``any_client_id``: the caller may push and pull as any client id (an admin token, or auth
-    off). ``cursor``: where the next broadcast pull starts (see the module docstring).
+    off). ``cursor``: where the next broadcast pull starts, the feed cursor (see the module
+    docstring).
     """
 
     gw: str
@@ -162,7 +170,7 @@ class Session:
     any_client_id: bool
     cursor: int
     socket: FrameSocket
-    queue: asyncio.Queue[bytes]
+    queue: asyncio.Queue[list[bytes]]
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -206,6 +214,19 @@ def sync_response(
     """
     deltas = [_row_delta(d) for d in wire]
     return encode_sync_response(deltas, cursor, has_more or (cursor == 0 and not deltas))
+
+
+def _by_row(
+    wire: Sequence[PulledDelta | StampedInsert],
+) -> list[list[PulledDelta | StampedInsert]]:
+    """A page's deltas grouped by row (a row's are adjacent: a TS pair or one delete)."""
+    rows: list[list[PulledDelta | StampedInsert]] = []
+    for d in wire:
+        if rows and rows[-1][0].row_id == d.row_id and rows[-1][0].table == d.table:
+            rows[-1].append(d)
+        else:
+            rows.append([d])
+    return rows
 
 
 def _reason(text: str) -> str:
@@ -257,7 +278,6 @@ class RealtimeService:
             any_client_ids=session.any_client_id,
         )
         self.committed(session.gw, result.head)
-        session.cursor = result.server_hlc  # what the TS client sets its cursor to
         return encode_sync_response([], result.server_hlc, result.server_hlc == 0)
 
     async def _pull(self, session: Session, payload: bytes) -> bytes:
@@ -267,8 +287,7 @@ class RealtimeService:
         page = await self._offload(
             self._sync.pull, session.gw, client_id, since, limit, claims=session.claims
         )
-        if page.wire:  # an empty page does not move the TS client's cursor
-            session.cursor = page.server_hlc
+        session.cursor = page.server_hlc  # the client holds the rows up to it once it applied
         return sync_response(page.wire, page.server_hlc, page.has_more)
 
     # ------------------------------------------------------------------ sessions
@@ -297,7 +316,7 @@ class RealtimeService:
         self, socket: FrameSocket, gw: str, client_id: str, claims: Claims, *, any_client_id: bool
     ) -> Session:
         """Register a session of ``client_id`` (in a place taken by :meth:`admit`); its feed
-        starts where the client last pulled."""
+        starts where the client last asked to pull from."""
         cursor = await self._offload(self._sync.last_pulled_since, gw, client_id)
         session = Session(
             gw,
@@ -306,7 +325,7 @@ class RealtimeService:
             any_client_id,
             cursor,
             socket,
-            asyncio.Queue(self.limits.send_queue_frames),
+            asyncio.Queue(self.limits.send_queue),
         )
         if gw not in self._heads:
             self._heads[gw] = await self._offload(self._sync.head, gw)
@@ -409,13 +428,13 @@ class RealtimeService:
             except LakeSyncError as exc:
                 raise CloseSession(CLOSE_POLICY_VIOLATION, exc.message) from None
             if reply is not None:
-                self._enqueue(session, reply)
+                self._enqueue(session, [reply])
 
     # ------------------------------------------------------------------ sending
 
-    def _enqueue(self, session: Session, data: bytes) -> None:
+    def _enqueue(self, session: Session, frames: list[bytes]) -> None:
         try:
-            session.queue.put_nowait(data)
+            session.queue.put_nowait(frames)
         except asyncio.QueueFull:
             raise CloseSession(
                 CLOSE_TRY_AGAIN_LATER, "Too far behind: reconnect and pull"
@@ -424,8 +443,9 @@ class RealtimeService:
     async def _send_loop(self, session: Session) -> None:
         try:
             while not session.closing:
-                data = await session.queue.get()
-                if not session.closing:
+                for data in await session.queue.get():
+                    if session.closing:
+                        break
                     await session.socket.send(data)
         except asyncio.CancelledError:
             raise
@@ -486,10 +506,14 @@ class RealtimeService:
                 session.cursor,
                 self.limits.page_size,
                 claims=session.claims,
+                feed=True,
             )
             if page.wire:
-                payload = sync_response(page.wire, page.server_hlc, False)
-                self._enqueue(session, frame(TAG_BROADCAST, payload))
+                frames = [
+                    frame(TAG_BROADCAST, sync_response(row, page.server_hlc, False))
+                    for row in _by_row(page.wire)
+                ]
+                self._enqueue(session, frames)
             # Past an empty page too: what it skipped is outside the client's view.
             session.cursor = page.server_hlc
             if not page.has_more:

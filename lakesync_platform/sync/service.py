@@ -179,8 +179,14 @@ class SyncService:
         *,
         claims: Claims | None = None,
         stamped: bool = False,
+        feed: bool = False,
     ) -> PullPage:
-        """One page of rows changed after cursor ``since``, as this client may see them."""
+        """One page of rows changed after cursor ``since``, as this client may see them.
+
+        ``feed``: the page is pushed to the client (a broadcast), not asked for: ``since`` is
+        the server's idea of the client's cursor, so it is not remembered as the cursor the
+        client last pulled from (push responses and new sessions start from that one).
+        """
         claims = claims or {}
         cfg = self.config(gw)
         view = ClientView(cfg.rules, claims)
@@ -189,7 +195,7 @@ class SyncService:
             since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
         since_tag, since_pos = split_cursor(since)
         start = 0 if since_tag != tag else since_pos
-        with self.wal.pull_read(gw, client_id, since, self._clock()) as rows:
+        with self.wal.pull_read(gw, client_id, since, self._clock(), record=not feed) as rows:
             page = cut_page(
                 rows, cfg, view, start=start, since_position=since_pos, limit=limit, stamped=stamped
             )
