@@ -31,9 +31,11 @@ from ._transport import (
     OfflineTransport,
     PullResponse,
     PushAck,
+    RealtimeTransport,
     Transport,
 )
 from ._watch import QueryWatch
+from ._ws import WebSocketTransport
 
 __all__ = [
     "Checkpoint",
@@ -49,6 +51,7 @@ __all__ = [
     "PullResponse",
     "PushAck",
     "QueryWatch",
+    "RealtimeTransport",
     "RowExistsError",
     "RowNotFoundError",
     "SchemaRegistry",
@@ -59,6 +62,7 @@ __all__ = [
     "SyncTracker",
     "Transport",
     "TransportError",
+    "WebSocketTransport",
     "backoff_ms",
     "create_client",
     "system_clock_ms",
