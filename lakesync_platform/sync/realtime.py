@@ -37,15 +37,17 @@ broadcast at once and one in another process within an interval.
 
 Wake-ups coalesce: a session woken while it is already pulling pulls once more afterwards, so a
 burst of pushes costs each session at most two pulls, and a slow consumer costs the pushers
-nothing. Replies and broadcast pages (a page's frames together) wait for the socket in a
-bounded queue; a session whose queue is full is closed with 1013 (try again later): the client
-reconnects and pulls from its cursor.
+nothing. On a gateway without filtering rules, the sessions at one cursor share one page per
+wake-up (:class:`_SharedPages`). Replies and broadcast pages (a page's frames together) wait
+for the socket in a bounded queue; a session whose queue is full is closed with 1013 (try again
+later): the client reconnects and pulls from its cursor.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,7 +67,7 @@ from ..core.proto import (
     unframe,
 )
 from ..core.sync_rules import Claims
-from .delivery import PulledDelta, StampedInsert
+from .delivery import PulledDelta, PullPage, StampedInsert
 from .service import SyncService
 
 __all__ = [
@@ -229,6 +231,42 @@ def _by_row(
     return rows
 
 
+class _SharedPages:
+    """Feed pages of gateways without filtering rules, cut once per cursor and generation.
+
+    Without filtering rules a page depends on the cursor alone (no claims, no per-client
+    records), so the sessions woken by one commit at one cursor share it. ``generation`` counts
+    the gateway's wake-ups: a page cut in the generation a session woke in was cut after the
+    commit that woke it. Pages of earlier generations are dropped.
+    """
+
+    def __init__(self, sync: SyncService) -> None:
+        self._sync = sync
+        self._lock = threading.Lock()
+        self._pages: dict[tuple[str, int, int, int], PullPage] = {}
+        self._generations: dict[str, int] = {}
+
+    def page(
+        self, gw: str, generation: int, client_id: str, cursor: int, limit: int, claims: Claims
+    ) -> PullPage:
+        """The feed page of ``client_id`` from ``cursor`` (runs on a worker thread)."""
+        if self._sync.config(gw).has_filters:
+            return self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
+        key = (gw, generation, cursor, limit)
+        with self._lock:
+            page = self._pages.get(key)
+        if page is None:
+            page = self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
+            with self._lock:
+                if generation > self._generations.get(gw, -1):
+                    self._generations[gw] = generation
+                    for old in [k for k in self._pages if k[0] == gw and k[1] < generation]:
+                        del self._pages[old]
+                if generation == self._generations[gw]:
+                    self._pages[key] = page
+        return page
+
+
 def _reason(text: str) -> str:
     data = text.encode("utf-8")
     if len(data) <= _MAX_REASON_BYTES:
@@ -257,6 +295,8 @@ class RealtimeService:
         }
         self._sessions: dict[str, set[Session]] = {}
         self._heads: dict[str, int] = {}
+        self._generations: dict[str, int] = {}
+        self._shared = _SharedPages(sync)
         self._watcher: asyncio.Task[None] | None = None
         self._count = 0
 
@@ -353,6 +393,7 @@ class RealtimeService:
             if not sessions:
                 del self._sessions[session.gw]
                 self._heads.pop(session.gw, None)
+                self._generations.pop(session.gw, None)
 
     async def _close(self, session: Session, code: int, reason: str) -> None:
         """Send the close frame, then end the session. A peer that does not read gets the frame
@@ -460,6 +501,7 @@ class RealtimeService:
 
     def notify(self, gw: str) -> None:
         """The log of ``gw`` grew: every session of it pulls from its cursor."""
+        self._generations[gw] = self._generations.get(gw, 0) + 1
         for session in self._sessions.get(gw, ()):
             session.wake.set()
 
@@ -482,8 +524,9 @@ class RealtimeService:
             while not session.closing:
                 await session.wake.wait()
                 session.wake.clear()
+                generation = self._generations.get(session.gw, 0)
                 async with session.lock:
-                    await self._feed(session)
+                    await self._feed(session, generation)
         except CloseSession as close:
             await self._close(session, close.code, close.reason)
         except asyncio.CancelledError:
@@ -492,17 +535,17 @@ class RealtimeService:
             log.exception("broadcast to %s failed", session.client_id)
             await self._close(session, CLOSE_TRY_AGAIN_LATER, "Broadcast failed: reconnect")
 
-    async def _feed(self, session: Session) -> None:
-        """Pull from the session's cursor until caught up; send each non-empty page."""
+    async def _feed(self, session: Session, generation: int) -> None:
+        """Pull from the session's cursor until caught up; send each row of each page."""
         while True:
             page = await self._offload(
-                self._sync.pull,
+                self._shared.page,
                 session.gw,
+                generation,
                 session.client_id,
                 session.cursor,
                 self.limits.page_size,
-                claims=session.claims,
-                feed=True,
+                session.claims,
             )
             if page.wire:
                 frames = [
