@@ -237,7 +237,8 @@ class _SharedPages:
     Without filtering rules a page depends on the cursor alone (no claims, no per-client
     records), so the sessions woken by one commit at one cursor share it. ``generation`` counts
     the gateway's wake-ups: a page cut in the generation a session woke in was cut after the
-    commit that woke it. Pages of earlier generations are dropped.
+    commit that woke it. Pages of earlier generations are dropped; generations only grow (a
+    page stored late for a gateway whose sessions all left is still one cut after its commit).
     """
 
     def __init__(self, sync: SyncService) -> None:
@@ -265,6 +266,12 @@ class _SharedPages:
                 if generation == self._generations[gw]:
                     self._pages[key] = page
         return page
+
+    def forget(self, gw: str) -> None:
+        """Drop the pages of ``gw`` (its last session left)."""
+        with self._lock:
+            for key in [k for k in self._pages if k[0] == gw]:
+                del self._pages[key]
 
 
 def _reason(text: str) -> str:
@@ -393,7 +400,7 @@ class RealtimeService:
             if not sessions:
                 del self._sessions[session.gw]
                 self._heads.pop(session.gw, None)
-                self._generations.pop(session.gw, None)
+                self._shared.forget(session.gw)  # generations never restart (see _SharedPages)
 
     async def _close(self, session: Session, code: int, reason: str) -> None:
         """Send the close frame, then end the session. A peer that does not read gets the frame
