@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 from litestar import Litestar
 from litestar.exceptions import HTTPException
 
@@ -21,10 +22,12 @@ from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
 from lakesync_platform.sync.admin import GatewayAdmin
+from lakesync_platform.sync.realtime import RealtimeService
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .controllers import CONTROLLERS
+from .controllers.realtime import realtime_limits
 from .dependencies import ServicesSlot, services_dependency
 from .errors import handle_http_exception, handle_lakesync_error
 from .handlers import build_action_handlers
@@ -66,8 +69,12 @@ def create_app(
             if settings.rate_limit
             else None
         )
+        sync = SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes)
+        feed_offload = Offload(
+            settings.request_timeout_s, anyio.CapacityLimiter(settings.ws_feed_threads)
+        )
         slot.services = GatewayServices(
-            sync=SyncService(store, wall, max_backlog_bytes=settings.max_backlog_bytes),
+            sync=sync,
             admin=GatewayAdmin(store, wall),
             actions=ActionService(
                 store,
@@ -79,6 +86,7 @@ def create_app(
             ),
             metrics=metrics,
             offload=Offload(settings.request_timeout_s),
+            realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
         )
         app.state.gateway = GatewayState(
             settings=settings,
@@ -90,9 +98,10 @@ def create_app(
         )
         log.info("gateway ready (auth %s)", "on" if settings.auth_enabled else "OFF")
 
-    def shutdown(app: Litestar) -> None:
+    async def shutdown(app: Litestar) -> None:
         state: GatewayState | None = getattr(app.state, "gateway", None)
         if state is not None:
+            await state.services.realtime.close_all()
             state.services.sync.close()
             state.services.actions.close()
             state.handlers.close()

@@ -15,6 +15,7 @@ from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
 from lakesync_platform.sync.admin import GatewayAdmin
+from lakesync_platform.sync.realtime import RealtimeService
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
@@ -29,16 +30,20 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Offload:
-    """Runs blocking WAL work on a worker thread, bounded by the request timeout (504)."""
+    """Runs blocking WAL work on a worker thread, bounded by the request timeout (504).
+
+    ``limiter`` bounds the threads it uses (default: anyio's shared pool of the requests).
+    """
 
     timeout_s: float
+    limiter: anyio.CapacityLimiter | None = None
 
     async def __call__(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on a worker thread."""
         started = time.monotonic()
         with anyio.move_on_after(self.timeout_s) as scope:
             return await anyio.to_thread.run_sync(
-                lambda: fn(*args, **kwargs), abandon_on_cancel=True
+                lambda: fn(*args, **kwargs), abandon_on_cancel=True, limiter=self.limiter
             )
         assert scope.cancelled_caught
         raise LakeSyncError(
@@ -52,7 +57,8 @@ class GatewayServices:
 
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
     requests; ``actions`` action dispatch and discovery; ``offload`` runs their blocking calls
-    on a worker thread.
+    on a worker thread; ``realtime`` holds the WebSocket sessions and feeds them after every
+    commit.
     """
 
     sync: SyncService
@@ -60,6 +66,7 @@ class GatewayServices:
     actions: ActionService
     metrics: Metrics
     offload: Offload
+    realtime: RealtimeService
 
 
 @dataclass

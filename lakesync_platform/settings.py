@@ -191,6 +191,12 @@ class GatewaySettings:
     in them is read from ``env``). An action request waits ``action_timeout_s`` for its
     handler; a claim older than ``action_lease_s`` (longer than the timeout) is taken over;
     results are kept ``action_retention_s``.
+
+    WebSocket (``ws_*``): sessions per process (``ws_max_connections``), messages per
+    second per socket, the frame size limit, replies and broadcast pages queued for a socket
+    before it counts as too far behind and is closed, how often the WAL's last cursor is read
+    to see other processes' commits, and the worker threads that run broadcast pulls (apart
+    from the requests').
     """
 
     wal_url: str
@@ -208,6 +214,12 @@ class GatewaySettings:
     action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S
     action_lease_s: float = DEFAULT_ACTION_LEASE_S
     action_retention_s: float = DEFAULT_ACTION_RETENTION_S
+    ws_max_connections: int = 1000
+    ws_max_messages_per_s: int = 50
+    ws_max_frame_bytes: int = 1_048_576
+    ws_send_queue: int = 64
+    ws_poll_interval_s: float = 0.025
+    ws_feed_threads: int = 8
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:

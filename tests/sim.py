@@ -11,6 +11,11 @@ forgets the cursor.
 
 :class:`StampedClient` is a well-behaved client: it keeps per-column stamps and pulls the
 ``stamped`` format, honouring ``hasMore``.
+
+:class:`WsLink` is the TS ``WebSocketTransport``: a :class:`TsLikeClient` on it pushes and pulls
+over a real socket and applies broadcast frames with ``handle_broadcast`` (the TS engine's:
+apply, then cursor = max(cursor, serverHlc)); entries being pushed are invisible to the applier
+meanwhile (``markSending``).
 """
 
 from __future__ import annotations
@@ -20,10 +25,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from websockets.sync.client import connect
+
 from lakesync_platform.core.delta import DELETE, INSERT, UPDATE, ColumnDelta, RowDelta
 from lakesync_platform.core.extract import extract_delta
 from lakesync_platform.core.hlc import HLC
 from lakesync_platform.core.merge import js_string_lt, stamp_gt
+from lakesync_platform.core.proto import (
+    TAG_BROADCAST,
+    TAG_SYNC_PULL,
+    TAG_SYNC_PUSH,
+    decode_sync_response,
+    encode_sync_pull,
+    encode_sync_push,
+    frame,
+)
+from lakesync_platform.core.wire import delta_to_wire
 
 
 class Gateway(Protocol):
@@ -116,6 +133,7 @@ class TsLikeClient:
     queue: list[_Entry] = field(default_factory=list)
     cursor: int = 0
     failed_applies: int = 0
+    sending: set[int] = field(default_factory=set)
     _next_id: int = 0
 
     def __post_init__(self) -> None:
@@ -177,11 +195,14 @@ class TsLikeClient:
         entries = self.queue[:100]
         if not entries:
             return
+        ids = {e.id for e in entries}
+        self.sending = ids  # markSending: the applier's peek no longer sees them
         try:
             server = self.gateway.push(self.client_id, [e.delta for e in entries])
         except Exception:
             return  # nack: entries stay queued
-        ids = {e.id for e in entries}
+        finally:
+            self.sending = set()
         self.queue = [e for e in self.queue if e.id not in ids]
         self.cursor = server
 
@@ -191,6 +212,11 @@ class TsLikeClient:
             return
         if self._apply([delta_from_wire(d) for d in deltas]):
             self.cursor = server
+
+    def handle_broadcast(self, deltas: list[RowDelta], server_hlc: int) -> None:
+        """``engine.handleBroadcast``: apply; the cursor becomes the larger of the two."""
+        if self._apply(deltas):
+            self.cursor = max(self.cursor, server_hlc)
 
     def sync_once(self) -> None:
         """PullFirstStrategy: pull, then push (no checkpoint: the gateway answers 404)."""
@@ -207,7 +233,8 @@ class TsLikeClient:
         saved_rows, saved_queue = copy.deepcopy(self.rows), list(self.queue)
         pending: dict[tuple[str, str], _Entry] = {}
         for e in self.queue:
-            pending[(e.delta.table, e.delta.row_id)] = e
+            if e.id not in self.sending:
+                pending[(e.delta.table, e.delta.row_id)] = e
         try:
             for remote in deltas:
                 local = pending.get((remote.table, remote.row_id))
@@ -348,3 +375,68 @@ class StampedClient:
         return {
             k: {c: v[0] for c, v in r.items() if v[0] is not None} for k, r in self.rows.items()
         }
+
+
+class WsLink:
+    """One TS client's ``WebSocketTransport`` (``packages/client/src/sync/transport-ws.ts``) over
+    a real socket: push and pull frames, each answered by the next untagged message; broadcast
+    frames (``0x03``) are handed to ``on_broadcast`` as they arrive — also while a request waits
+    for its reply, as the TS ``onmessage`` does."""
+
+    def __init__(self, url: str, on_broadcast: Callable[[list[RowDelta], int], None]) -> None:
+        self.url = url
+        self.on_broadcast = on_broadcast
+        self.broadcasts = 0
+        self.ws = connect(url, max_size=None, legacy=True)
+
+    def reconnect(self) -> None:
+        """Drop the socket and open a new one (the TS transport's reconnect: no pull)."""
+        self.ws.close()
+        self.ws = connect(self.url, max_size=None, legacy=True)
+
+    def close(self) -> None:
+        """Close the socket."""
+        self.ws.close()
+
+    def _dispatch(self, message: bytes) -> bool:
+        if message[0] != TAG_BROADCAST:
+            return False
+        deltas, server_hlc, _ = decode_sync_response(message[1:])
+        self.broadcasts += 1
+        self.on_broadcast(deltas, server_hlc)
+        return True
+
+    def _request(self, data: bytes) -> tuple[list[RowDelta], int, bool]:
+        self.ws.send(data)
+        while True:
+            message = self.ws.recv(timeout=30)
+            assert isinstance(message, bytes)
+            if not self._dispatch(message):
+                return decode_sync_response(message)
+
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int:
+        """A ``0x01`` frame; the reply's ``serverHlc``."""
+        payload = encode_sync_push(client_id, deltas, 0)
+        _, server_hlc, _ = self._request(frame(TAG_SYNC_PUSH, payload))
+        return server_hlc
+
+    def pull(
+        self, client_id: str, since: int, limit: int, stamped: bool
+    ) -> tuple[list[dict[str, Any]], int, bool]:
+        """A ``0x02`` frame (the unstamped encoding only: protobuf carries no column stamps)."""
+        assert not stamped
+        deltas, server_hlc, has_more = self._request(
+            frame(TAG_SYNC_PULL, encode_sync_pull(client_id, since, limit))
+        )
+        return [delta_to_wire(d) for d in deltas], server_hlc, has_more
+
+    def pump(self, timeout: float) -> int:
+        """Apply the broadcasts that arrive within ``timeout`` seconds of each other."""
+        n = 0
+        while True:
+            try:
+                message = self.ws.recv(timeout=timeout)
+            except TimeoutError:
+                return n
+            assert isinstance(message, bytes) and self._dispatch(message)
+            n += 1

@@ -1,13 +1,22 @@
-"""The gateway's route handlers: sync (push, pull, checkpoint), actions, admin, and meta routes."""
+"""The gateway's route handlers: sync (push, pull, checkpoint, the WebSocket), actions, admin, and
+meta routes."""
 
 from __future__ import annotations
 
 from .actions import ActionController
 from .admin import AdminController
 from .meta import MetaController
+from .realtime import sync_socket
 from .sync import SyncController
 
-__all__ = ["CONTROLLERS", "ActionController", "AdminController", "MetaController", "SyncController"]
+__all__ = [
+    "CONTROLLERS",
+    "ActionController",
+    "AdminController",
+    "MetaController",
+    "SyncController",
+    "sync_socket",
+]
 
-CONTROLLERS = [MetaController, SyncController, ActionController, AdminController]
+CONTROLLERS = [MetaController, SyncController, ActionController, AdminController, sync_socket]
 """Every controller the app mounts."""

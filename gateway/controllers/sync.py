@@ -83,6 +83,7 @@ class SyncController(Controller):
             status = "ok"
         finally:
             metrics.observe_push(gw, status, time.perf_counter() - started)
+        services.realtime.committed(gw, result.head)
         metrics.observe_push_counts(result.accepted, len(result.entries), result.duplicates)
         return json_response(
             PushResponse(str(result.server_hlc), result.accepted, deltas_to_wire(result.entries))

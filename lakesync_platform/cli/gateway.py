@@ -6,6 +6,7 @@ gateway's server, which builds the app with ``create_app(settings)`` in each wor
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -45,15 +46,19 @@ def gateway_settings(
     action_timeout_s: float = DEFAULT_ACTION_TIMEOUT_S,
     action_lease_s: float = DEFAULT_ACTION_LEASE_S,
     action_retention_s: float = DEFAULT_ACTION_RETENTION_S,
+    ws_max_connections: int | None = None,
+    ws_rate_limit: int | None = None,
+    ws_send_queue: int | None = None,
 ) -> GatewaySettings:
     """The gateway's settings from its flags (the secret file is created on first start);
-    ``${VAR}`` in the declarations is read from this process's environment."""
+    ``${VAR}`` in the declarations is read from this process's environment; ``ws_*`` flags
+    left unset keep the settings' defaults."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
         if jwt_secret_previous:
             secrets.append(jwt_secret_previous)
-    return GatewaySettings(
+    settings = GatewaySettings(
         wal_url=wal_url or DataLayout.at(data_dir).wal_url,
         jwt_secrets=tuple(secrets),
         auth_enabled=not no_auth,
@@ -65,6 +70,12 @@ def gateway_settings(
         action_timeout_s=action_timeout_s,
         action_lease_s=action_lease_s,
         action_retention_s=action_retention_s,
+    )
+    return dataclasses.replace(
+        settings,
+        ws_max_connections=ws_max_connections or settings.ws_max_connections,
+        ws_max_messages_per_s=ws_rate_limit or settings.ws_max_messages_per_s,
+        ws_send_queue=ws_send_queue or settings.ws_send_queue,
     )
 
 
@@ -89,6 +100,22 @@ def gateway_settings(
 @click.option("--rate-limit", type=int, help="Requests per minute per caller (off by default).")
 @click.option(
     "--cors-origin", multiple=True, help="Allowed CORS origin (repeat); default reflects any."
+)
+@click.option(
+    "--ws-max-connections",
+    type=click.IntRange(min=1),
+    help="WebSocket sessions per process (default 1000).",
+)
+@click.option(
+    "--ws-rate-limit",
+    type=click.IntRange(min=1),
+    help="WebSocket messages per second per socket (default 50).",
+)
+@click.option(
+    "--ws-send-queue",
+    type=click.IntRange(min=1),
+    help="Replies and broadcast pages queued for a socket before it is closed as too far"
+    " behind (default 64).",
 )
 @click.option(
     "--workers",
@@ -134,6 +161,9 @@ def gateway(
     max_backlog_bytes: int | None,
     rate_limit: int | None,
     cors_origin: tuple[str, ...],
+    ws_max_connections: int | None,
+    ws_rate_limit: int | None,
+    ws_send_queue: int | None,
     workers: int,
     log_level: str,
     defs_dir: Path,
@@ -159,6 +189,9 @@ def gateway(
         action_timeout_s=action_timeout,
         action_lease_s=action_lease,
         action_retention_s=action_retention,
+        ws_max_connections=ws_max_connections,
+        ws_rate_limit=ws_rate_limit,
+        ws_send_queue=ws_send_queue,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

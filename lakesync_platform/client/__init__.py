@@ -33,9 +33,11 @@ from ._transport import (
     OfflineTransport,
     PullResponse,
     PushAck,
+    RealtimeTransport,
     Transport,
 )
 from ._watch import QueryWatch
+from ._ws import WebSocketTransport
 
 __all__ = [
     "ActionEntry",
@@ -55,6 +57,7 @@ __all__ = [
     "PullResponse",
     "PushAck",
     "QueryWatch",
+    "RealtimeTransport",
     "RowExistsError",
     "RowNotFoundError",
     "SchemaRegistry",
@@ -65,6 +68,7 @@ __all__ = [
     "SyncTracker",
     "Transport",
     "TransportError",
+    "WebSocketTransport",
     "backoff_ms",
     "create_client",
     "system_clock_ms",

@@ -9,6 +9,8 @@ The rules (stamps ordered by ``(hlc, client_id)`` with
 * a *full* upsert (stamped pull) carries every live column of the row: a local column it lacks
   is kept only if its stamp is newer than the row's remote delete stamp (an unpushed local
   write); otherwise it was cleared on the server and is cleared here;
+* an *unstamped* column (a plain delta, or a row sent over the WebSocket, whose columns all
+  carry the row's newest stamp) also replaces a local column stamped the same;
 * a ``DELETE`` (the row was deleted or left this client's view) drops every local column not
   newer than its stamp; unpushed newer local writes keep the row alive locally. It is not
   recorded as a local delete: a row re-entering the view arrives again, possibly with older
@@ -77,7 +79,9 @@ def plan_row(local: RowStamps, row: RemoteRow, known: Container[str]) -> RowPlan
         if not _newer(stamp, local.delete):
             continue
         current = columns.get(col.column)
-        if current is None or _newer(stamp, current):
+        # An unstamped column carries the row's newest stamp, which a column's own stamp never
+        # exceeds: it replaces a local value stamped the same (an earlier delivery of the row).
+        if current is None or _newer(stamp, current) or (col.hlc is None and stamp == current):
             columns[col.column] = stamp
             values[col.column] = col.value
     if row.delete_hlc is not None:  # a full row: columns it lacks were cleared on the server

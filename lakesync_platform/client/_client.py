@@ -25,6 +25,7 @@ from ._stamps import STAMPS_DDL
 from ._tracker import SyncTracker
 from ._transport import OfflineTransport, Transport
 from ._watch import QueryWatch, Rows
+from ._ws import WebSocketTransport
 
 __all__ = ["GatewayConfig", "LakeSyncClient", "create_client", "system_clock_ms"]
 
@@ -41,7 +42,9 @@ class GatewayConfig:
     """Where the gateway is and how to authenticate.
 
     ``get_token`` (called before the first request and again after a 401) takes priority over
-    a static ``token``; with neither, requests carry no ``Authorization`` header.
+    a static ``token``; with neither, requests carry no ``Authorization`` header. ``realtime``
+    pushes and pulls over the gateway's WebSocket, which also brings other writers' rows as
+    they commit (:class:`WebSocketTransport`); otherwise HTTP.
     """
 
     url: str
@@ -50,6 +53,7 @@ class GatewayConfig:
     get_token: Callable[[], str] | None = None
     timeout_s: float = 10.0
     retries: int = 2
+    realtime: bool = False
 
 
 class LakeSyncClient:
@@ -176,6 +180,27 @@ class LakeSyncClient:
         self.close()
 
 
+def _transport_for(gateway: GatewayConfig) -> Transport:
+    http = HttpTransport(
+        gateway.url,
+        gateway.gateway_id,
+        token=gateway.token,
+        get_token=gateway.get_token,
+        timeout_s=gateway.timeout_s,
+        retries=gateway.retries,
+    )
+    if not gateway.realtime:
+        return http
+    return WebSocketTransport(
+        gateway.url,
+        gateway.gateway_id,
+        token=gateway.token,
+        get_token=gateway.get_token,
+        timeout_s=gateway.timeout_s,
+        http=http,
+    )
+
+
 def _open_db(
     name: str, backend: Literal["file", "memory"], path: str | Path | None, synchronous: str
 ) -> LocalDB:
@@ -212,7 +237,8 @@ def create_client(
       local table (re-registering evolves it additively).
     * ``client_id`` identifies the writer (it must equal the token's ``sub``); by default the
       one stored in the file, or a new random one. Reopening a file with another id raises.
-    * ``gateway`` builds an :class:`HttpTransport`; ``transport`` supplies any other (e.g.
+    * ``gateway`` builds an :class:`HttpTransport` (a :class:`WebSocketTransport` with
+      ``realtime=True``); ``transport`` supplies any other (e.g.
       :class:`InProcessTransport`); with neither the client works offline only.
     * ``auto_sync_ms > 0`` starts background sync at once; ``0`` leaves it to the caller.
     * ``clock`` (epoch ms) stamps writes and schedules retries; inject one in tests.
@@ -240,18 +266,7 @@ def create_client(
         wall, counter = decode(high)
         hlc = HLC(clock, wall=wall, counter=counter)
         if transport is None:
-            transport = (
-                HttpTransport(
-                    gateway.url,
-                    gateway.gateway_id,
-                    token=gateway.token,
-                    get_token=gateway.get_token,
-                    timeout_s=gateway.timeout_s,
-                    retries=gateway.retries,
-                )
-                if gateway is not None
-                else OfflineTransport()
-            )
+            transport = _transport_for(gateway) if gateway is not None else OfflineTransport()
         tracker = SyncTracker(db, registry, outbox, hlc, client_id, clock)
         actions = ActionQueue(db, hlc, client_id, clock, max_retries)
         coordinator = SyncCoordinator(

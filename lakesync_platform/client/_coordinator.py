@@ -36,7 +36,7 @@ from ._kv import SyncState
 from ._outbox import Outbox, OutboxEntry
 from ._schemas import SchemaRegistry
 from ._tracker import SyncTracker
-from ._transport import Transport
+from ._transport import RealtimeTransport, Transport
 from ._wire import RemoteRow, checkpoint_rows
 
 __all__ = ["SyncCoordinator", "SyncMode", "SyncReport"]
@@ -140,6 +140,9 @@ class SyncCoordinator:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        if isinstance(transport, RealtimeTransport):
+            transport.on_broadcast(self.apply_broadcast)
+            transport.on_connect(self._pull_after_connect)
 
     # ---------------------------------------------------------------- events
 
@@ -262,6 +265,25 @@ class SyncCoordinator:
                     break
             self._synced()
             return received
+
+    def apply_broadcast(self, rows: list[RemoteRow], server_hlc: int) -> None:
+        """Apply rows the gateway broadcast (one transaction); the cursor becomes the larger
+        of its own and ``server_hlc`` — a broadcast starts at or before the cursor, so nothing
+        before ``server_hlc`` is missing. Ignored in ``push_only`` mode."""
+        if self.sync_mode == "push_only" or not rows:
+            return
+        with self._sync_lock:
+            self._apply(rows, max(self._state.cursor, server_hlc))
+
+    def _pull_after_connect(self) -> None:
+        """After a (re)connection: pull what was broadcast while the socket was down."""
+        if self.sync_mode == "push_only":
+            return
+        try:
+            self.pull()
+        except Exception as exc:
+            log.info("pull after connecting failed: %s", exc)
+            self._errors.emit(exc)
 
     # ---------------------------------------------------------------- push
 

@@ -31,6 +31,7 @@ __all__ = [
     "OfflineTransport",
     "PullResponse",
     "PushAck",
+    "RealtimeTransport",
     "Transport",
 ]
 
@@ -58,6 +59,20 @@ class Checkpoint:
 
     deltas: list[RowDelta]
     snapshot_hlc: int
+
+
+@runtime_checkable
+class RealtimeTransport(Protocol):
+    """A transport the gateway also pushes rows through (the WebSocket one): the sync engine
+    applies ``on_broadcast`` rows as they come and pulls after every ``on_connect``."""
+
+    def on_broadcast(self, listener: Callable[[list[RemoteRow], int], None]) -> None:
+        """Call ``listener(rows, server_hlc)`` for every broadcast."""
+        ...
+
+    def on_connect(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every (re)connection."""
+        ...
 
 
 @runtime_checkable

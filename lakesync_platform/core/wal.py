@@ -308,9 +308,14 @@ class WalStore(Protocol):
     # -- row state and client delivery state
 
     def pull_read(
-        self, gw: str, client_id: str, since: int, now_ms: int
+        self, gw: str, client_id: str, since: int, now_ms: int, *, record: bool = True
     ) -> AbstractContextManager[RowReader]:
-        """Remember that ``client_id`` pulled from ``since``, then read rows for its page."""
+        """Remember that ``client_id`` pulled from ``since`` (unless not ``record``), then read
+        rows for its page."""
+        ...
+
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
         ...
 
     def save_client_records(

@@ -36,13 +36,15 @@ INGEST_CLIENT_PREFIX = "ingest:"
 class PushResult:
     """Outcome of one push: ``accepted`` counts new and duplicate deltas; ``entries`` were added.
 
-    ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled).
+    ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled);
+    ``head`` the gateway's last cursor after the push (rows it moved end at or before it).
     """
 
     accepted: int
     duplicates: int
     entries: tuple[WalEntry, ...]
     server_hlc: int
+    head: int = 0
 
 
 class SyncService:
@@ -127,8 +129,9 @@ class SyncService:
 
         commit = self.wal.append_changes(gw, request, planner, now)
         self._learn_columns(cfg, commit.plan)
+        plan = commit.plan
         return PushResult(
-            len(deltas), commit.plan.duplicates, tuple(commit.plan.entries), commit.last_since
+            len(deltas), plan.duplicates, tuple(plan.entries), commit.last_since, plan.last_cursor
         )
 
     def append(self, gw: str, source: str, deltas: Sequence[RowDelta]) -> tuple[WalEntry, ...]:
@@ -176,8 +179,14 @@ class SyncService:
         *,
         claims: Claims | None = None,
         stamped: bool = False,
+        feed: bool = False,
     ) -> PullPage:
-        """One page of rows changed after cursor ``since``, as this client may see them."""
+        """One page of rows changed after cursor ``since``, as this client may see them.
+
+        ``feed``: the page is pushed to the client (a broadcast), not asked for: ``since`` is
+        the server's idea of the client's cursor, so it is not remembered as the cursor the
+        client last pulled from (push responses and new sessions start from that one).
+        """
         claims = claims or {}
         cfg = self.config(gw)
         view = ClientView(cfg.rules, claims)
@@ -186,7 +195,7 @@ class SyncService:
             since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
         since_tag, since_pos = split_cursor(since)
         start = 0 if since_tag != tag else since_pos
-        with self.wal.pull_read(gw, client_id, since, self._clock()) as rows:
+        with self.wal.pull_read(gw, client_id, since, self._clock(), record=not feed) as rows:
             page = cut_page(
                 rows, cfg, view, start=start, since_position=since_pos, limit=limit, stamped=stamped
             )
@@ -196,6 +205,15 @@ class SyncService:
                 gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled): every row changed
+        up to it has been delivered to that client, so a feed may start there."""
+        return self.wal.last_pulled_since(gw, client_id)
+
+    def head(self, gw: str) -> int:
+        """The gateway's last ingest cursor: it grows with every commit, by any process."""
+        return self.wal.max_cursor(gw)
 
     def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
         """The gateway's current row state of ``table`` (tests, checks, admin)."""

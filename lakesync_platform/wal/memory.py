@@ -245,15 +245,23 @@ class MemoryWal:
 
     # ------------------------------------------------------------------ rows and clients
 
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
+        with self._lock:
+            delivery = self._deliveries.get(gw)
+            return 0 if delivery is None else delivery.last_since.get(client_id, 0)
+
     @contextmanager
     def pull_read(
-        self, gw: str, client_id: str, since: int, now_ms: int
+        self, gw: str, client_id: str, since: int, now_ms: int, *, record: bool = True
     ) -> Iterator[MemoryRowReader]:
-        """Remember that ``client_id`` pulled from ``since``, then read a snapshot of the rows."""
+        """Remember that ``client_id`` pulled from ``since`` (unless not ``record``), then read
+        a snapshot of the rows."""
         with self._lock:
             self._open()
             delivery = self._deliveries.setdefault(gw, _Deliveries())
-            delivery.last_since[client_id] = since
+            if record:
+                delivery.last_since[client_id] = since
             records = dict(delivery.client_rows.get(client_id, {}))
             g = self._gateways.get(gw)
             stored = {} if g is None else g.rows

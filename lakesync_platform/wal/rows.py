@@ -64,9 +64,11 @@ class SqlRows(SqlDatabase):
     """Row state, client records and pull bookkeeping of the SQL WAL."""
 
     @contextmanager
-    def pull_read(self, gw: str, client_id: str, since: int, now_ms: int) -> Iterator[SqlRowReader]:
-        """Remember that ``client_id`` pulled from ``since``, then a read transaction for the
-        page.
+    def pull_read(
+        self, gw: str, client_id: str, since: int, now_ms: int, *, record: bool = True
+    ) -> Iterator[SqlRowReader]:
+        """Remember that ``client_id`` pulled from ``since`` (unless not ``record``), then a
+        read transaction for the page.
 
         The bookkeeping row is not data: it commits without waiting for fsync (SQLite
         ``synchronous=NORMAL``, PostgreSQL ``synchronous_commit=off``) — durable across a crash
@@ -78,16 +80,25 @@ class SqlRows(SqlDatabase):
             "SELECT row_key, tbl, row_id, state, position FROM wal_rows"
             " WHERE gateway_id = ? AND position > ? ORDER BY position LIMIT ?"
         )
-        record = self._sql(_RECORD_PULL)
+        if not record:
+            with self.read() as conn:
+                yield SqlRowReader(conn, gw, client_id, scan_sql)
+            return
+        record_sql = self._sql(_RECORD_PULL)
         if self.dialect != "postgresql":
             with self._bookkeeping() as conn:
-                conn.exec_driver_sql(record, (gw, client_id, since, now_ms))
+                conn.exec_driver_sql(record_sql, (gw, client_id, since, now_ms))
             with self.read() as conn:
                 yield SqlRowReader(conn, gw, client_id, scan_sql)
             return
         with self._bookkeeping() as conn:
-            conn.exec_driver_sql(record, (gw, client_id, since, now_ms))
+            conn.exec_driver_sql(record_sql, (gw, client_id, since, now_ms))
             yield SqlRowReader(conn, gw, client_id, scan_sql)
+
+    def last_pulled_since(self, gw: str, client_id: str) -> int:
+        """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
+        with self.read() as conn:
+            return self._last_since(conn, gw, client_id) or 0
 
     def save_client_records(
         self, gw: str, client_id: str, records: Mapping[str, RowRecord]

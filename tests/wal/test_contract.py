@@ -141,6 +141,21 @@ def test_pull_read_scans_rows_by_position_and_records_the_pull(store: WalStore, 
     assert server.last_since == 0
 
 
+def test_a_feed_read_is_not_recorded_as_the_clients_pull(store: WalStore, gw: str) -> None:
+    h = encode(BASE_MS, 1)
+    store.append_changes(
+        gw, AppendRequest([], []), Recorder(_plan(1, [], [_row("t:r1", 1, h, 1)])), 0
+    )
+    assert store.last_pulled_since(gw, "c1") == 0
+    with store.pull_read(gw, "c1", 7, BASE_MS) as reader:
+        assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
+    assert store.last_pulled_since(gw, "c1") == 7
+    with store.pull_read(gw, "c1", 9, BASE_MS, record=False) as reader:
+        assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
+    assert store.last_pulled_since(gw, "c1") == 7
+    assert store.last_pulled_since(gw, "c2") == 0
+
+
 def test_client_records_are_kept_per_client(store: WalStore, gw: str) -> None:
     held = AppendRequest([], [], "c1", ["t:r1", "t:r2"])
     store.append_changes(gw, held, Recorder(_plan(0, [], [])), 0)
