@@ -88,6 +88,7 @@ def create_app(
             offload=Offload(settings.request_timeout_s),
             realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
         )
+        slot.services.realtime.serve_actions(slot.services.actions, slot.services.offload)
         app.state.gateway = GatewayState(
             settings=settings,
             wal=store,

@@ -40,6 +40,7 @@ __all__ = [
     "ParamSpec",
     "action_result_from_json",
     "action_result_to_json",
+    "checked_action_push",
     "decode_action_push",
     "error_result",
     "params_struct",
@@ -210,12 +211,20 @@ def decode_action_push(raw: bytes) -> ActionPush:
     actions = body.get("actions")
     if not isinstance(client_id, str) or not client_id or not isinstance(actions, list):
         raise ValidationError("Missing required fields: clientId, actions")
+    return checked_action_push(client_id, [validate_action(a) for a in actions])
+
+
+def checked_action_push(client_id: str, actions: Sequence[Action]) -> ActionPush:
+    """The checks every action request passes, whatever its encoding (JSON over HTTP,
+    protobuf over the WebSocket): at most ``MAX_ACTIONS_PER_PUSH`` actions, ids and
+    idempotency keys no longer than ``MAX_ID_LENGTH``, each action of the request's client."""
+    if not client_id:
+        raise ValidationError("Missing required fields: clientId, actions")
     if len(actions) > MAX_ACTIONS_PER_PUSH:
         raise ValidationError(f"Too many actions in a single request (max {MAX_ACTIONS_PER_PUSH})")
     if len(client_id) > MAX_ID_LENGTH:
         raise ValidationError(f"clientId is longer than {MAX_ID_LENGTH} characters")
-    parsed = tuple(validate_action(a) for a in actions)
-    for action in parsed:
+    for action in actions:
         for what, value in (
             ("actionId", action.action_id),
             ("idempotencyKey", action.idempotency_key or ""),
@@ -226,7 +235,7 @@ def decode_action_push(raw: bytes) -> ActionPush:
             raise ValidationError(
                 f'Action clientId "{action.client_id}" does not match the request clientId'
             )
-    return ActionPush(client_id, parsed)
+    return ActionPush(client_id, tuple(actions))
 
 
 # ---------------------------------------------------------------------- handlers

@@ -53,20 +53,26 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
+from ..core.actions import checked_action_push
 from ..core.delta import ColumnDelta, RowDelta
 from ..core.errors import ForbiddenError, LakeSyncError
 from ..core.proto import (
+    TAG_ACTION_PUSH,
+    TAG_ACTION_RESPONSE,
     TAG_BROADCAST,
     TAG_SYNC_PULL,
     TAG_SYNC_PUSH,
     CodecError,
+    decode_action_push,
     decode_sync_pull,
     decode_sync_push,
+    encode_action_response,
     encode_sync_response,
     frame,
     unframe,
 )
 from ..core.sync_rules import Claims
+from .actions import ActionService
 from .delivery import PulledDelta, PullPage, StampedInsert
 from .service import SyncService
 
@@ -312,6 +318,23 @@ class RealtimeService:
     def handle(self, tag: int, handler: FrameHandler) -> None:
         """Serve frames tagged ``tag`` with ``handler`` (e.g. actions, ``0x04``)."""
         self._handlers[tag] = handler
+
+    def serve_actions(self, actions: ActionService, offload: Offloader) -> None:
+        """Serve action frames: ``0x04`` ActionPush in, ``0x05`` ActionResponse out (PROTOCOL.md
+        §7.2, §8), with the checks and durable idempotency of ``POST /action``. Handlers run on
+        ``offload``'s threads (the requests', not the feed's: one may run for its timeout)."""
+
+        async def run(session: Session, payload: bytes) -> bytes:
+            client_id, wire_actions = decode_action_push(payload)
+            push = checked_action_push(client_id, wire_actions)
+            session.check_client_id(push.client_id, "action")
+            results = await offload(
+                actions.dispatch, session.gw, push.client_id, push.actions, claims=session.claims
+            )
+            reply = encode_action_response(results, actions.server_hlc())
+            return frame(TAG_ACTION_RESPONSE, reply)
+
+        self.handle(TAG_ACTION_PUSH, run)
 
     async def _push(self, session: Session, payload: bytes) -> bytes:
         client_id, deltas, _last_seen = decode_sync_push(payload)

@@ -19,8 +19,18 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
+from lakesync_platform.core.actions import Action, ActionResult
 from lakesync_platform.core.ids import action_id
+from lakesync_platform.core.proto import (
+    TAG_ACTION_PUSH,
+    TAG_ACTION_RESPONSE,
+    decode_action_response,
+    encode_action_push,
+    frame,
+)
 from lakesync_platform.testing import GatewayProcess
 from tests.action_kit import GW, Hook, serve_hook, start
 from tests.helpers import token
@@ -256,6 +266,37 @@ def test_tokens_must_be_for_this_gateway(gateway: GatewayProcess, hook: Hook) ->
     )
     assert other.status_code == 403
     assert hook.count() == before
+
+
+def test_actions_over_the_websocket_run_once_like_http(gateway: GatewayProcess, hook: Hook) -> None:
+    """A ``0x04`` ActionPush frame is answered by a ``0x05`` ActionResponse with the same
+    checks and the same stored results as ``POST /action``: the socket's retry, and an HTTP
+    retry of the same action, reach the external system once."""
+    first = action(params={"text": "by socket"}, hlc=40, key="ws-40")
+    wire = Action(first["actionId"], CLIENT, 40, "hooks", "notify", first["params"], "ws-40")
+    url = f"ws://127.0.0.1:{gateway.port}/v1/sync/{GW}/ws?token={token(CLIENT, GW)}"
+    with connect(url) as ws:
+        replies = []
+        for _ in range(2):
+            ws.send(frame(TAG_ACTION_PUSH, encode_action_push(CLIENT, [wire])))
+            message = ws.recv(timeout=30)
+            assert isinstance(message, bytes) and message[0] == TAG_ACTION_RESPONSE
+            replies.append(decode_action_response(message[1:]))
+    (ran,), hlc = replies[0]
+    assert isinstance(ran, ActionResult) and hlc > 0
+    assert ran.data == {"received": 1, "params": {"text": "by socket"}}
+    assert replies[1][0] == [ran]
+    assert results(send(gateway, [first]))[0]["data"] == ran.data
+    assert hook.count("/ok", "ws-40") == 1
+    # Another client's action on this token's socket: refused like a push (1008), nothing run.
+    other = Action("x" * 64, "mallory", 41, "hooks", "notify", {"text": "no"}, "ws-41")
+    with connect(url) as ws:
+        ws.send(frame(TAG_ACTION_PUSH, encode_action_push("mallory", [other])))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv(timeout=30)
+    assert info.value.rcvd is not None and info.value.rcvd.code == 1008
+    assert "Client ID mismatch" in info.value.rcvd.reason
+    assert hook.count("/ok", "ws-41") == 0
 
 
 def test_the_unversioned_routes_redirect(gateway: GatewayProcess) -> None:
