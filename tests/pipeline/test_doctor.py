@@ -19,7 +19,7 @@ from lakesync_platform.cli.doctor import doctor
 from lakesync_platform.cli.run import run
 from lakesync_platform.testing import free_port
 
-from .conftest import Pusher
+from .conftest import REPO, Pusher
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres, pytest.mark.mariadb]
 
@@ -50,7 +50,7 @@ def data_dir(
     assert flushed.exit_code == 0, flushed.output
     data = tmp_path / "data"
     data.mkdir()
-    (data / "jars").symlink_to(lake_dir / "jars")
+    (data / "jars").symlink_to(REPO / "data" / "jars")  # the suite's jar folder
     (data / "wal.db").symlink_to(wal_url.removeprefix("sqlite:///"))
     with (
         closing(sqlite3.connect(lake_dir / "catalog.db")) as lake,
