@@ -8,6 +8,7 @@ of gateway ids, isolated by key, from cohesive parts:
 * :mod:`.log` — reading entries, cursors, the flush watermark, trimming, counters;
 * :mod:`.rows` — row state, what each client holds, pull bookkeeping;
 * :mod:`.config` — schemas, sync rules, known columns;
+* :mod:`.connectors` — registered connectors and their per-stream state;
 * :mod:`.flush_requests` — the flush-request queue;
 * :mod:`.database` and :mod:`.sqlite` — engines and transactions; SQLite's writer lock and
   background checkpointer.
@@ -26,6 +27,7 @@ from ..core.errors import AdapterError
 from . import tables as t
 from .append import SqlAppend
 from .config import SqlConfigStore
+from .connectors import SqlConnectorStore
 from .database import create_engines, redact
 from .flush_requests import SqlFlushRequests
 from .group_commit import GroupCommitter
@@ -34,9 +36,9 @@ from .log import SqlLog
 __all__ = ["WriteAheadLog"]
 
 
-class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlFlushRequests):
+class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlConnectorStore, SqlFlushRequests):
     """The accepted-change log, row state, delivery state, config store and flush requests of
-    every gateway, in one SQL database."""
+    every gateway, and its connectors, in one SQL database."""
 
     def __init__(
         self,
