@@ -226,7 +226,16 @@ ROOM_IMPORTS: dict[str, set[str]] = {
     "settings": set(),
     "testing": {"core", "settings"},
     "spark": {"core", "adapters", "install", "wal.export"},
-    "pipeline": {"core", "adapters", "declarations", "settings", "spark", "wal"},
+    "pipeline": {
+        "core",
+        "adapters",
+        "connectors",
+        "declarations",
+        "settings",
+        "spark",
+        "sync",
+        "wal",
+    },
     "cli": {"core", "install", "pipeline", "settings", "sync", "wal", "testing", "declarations"},
 }
 """What each room of ``lakesync_platform`` may import of the others (ARCHITECTURE.md §2): the

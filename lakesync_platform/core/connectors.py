@@ -172,7 +172,7 @@ def _check_secrets(kind: str, source: Mapping[str, Any]) -> None:
         if env_reference(url) is None:
             password = urlsplit(_REF_RE.sub("x", url)).password
             literal = urlsplit(url).password
-            if password is not None and env_reference(literal) is None:
+            if password and env_reference(literal) is None:
                 raise _fail(
                     f"$.{kind}.connectionString",
                     "the password in connectionString must be a ${VAR} reference",
