@@ -1,12 +1,20 @@
-"""The gateway's route handlers: sync (push, pull, checkpoint), admin, and meta routes."""
+"""The gateway's route handlers: sync (push, pull, checkpoint), admin, connectors and meta
+routes."""
 
 from __future__ import annotations
 
 from .admin import AdminController
+from .connectors import ConnectorsController
 from .meta import MetaController
 from .sync import SyncController
 
-__all__ = ["CONTROLLERS", "AdminController", "MetaController", "SyncController"]
+__all__ = [
+    "CONTROLLERS",
+    "AdminController",
+    "ConnectorsController",
+    "MetaController",
+    "SyncController",
+]
 
-CONTROLLERS = [MetaController, SyncController, AdminController]
+CONTROLLERS = [MetaController, SyncController, AdminController, ConnectorsController]
 """Every controller the app mounts."""
