@@ -102,14 +102,26 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise"]))
+@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
 @defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
-def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None) -> None:
+def run(
+    stage: str,
+    name: str | None,
+    gw: str | None,
+    data_dir: Path,
+    defs_dir: Path,
+    wal_url: str | None,
+) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure; 2 for a missing data
-    directory or WAL, or an unknown gateway, before anything is created)."""
+    directory or WAL, or an unknown gateway, before anything is created).
+
+    ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
+    may be left out when only one gateway has a connector of that name)."""
+    from ..pipeline.connectors import registered_connectors, run_connector
     from ..pipeline.context import PipelineContext
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
@@ -137,6 +149,21 @@ def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str
                 f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
             )
         ctx.apply_declarations()
+        if stage == "connector":
+            if not name:
+                raise click.UsageError("run connector needs the connector's NAME")
+            owners = [g for g, cfg in registered_connectors(ctx) if cfg.name == name]
+            if gw is None and len(owners) != 1:
+                raise NotReady(
+                    f"connector {name!r} is registered for {len(owners)} gateways "
+                    f"({', '.join(owners) or 'none'}): name one with --gw"
+                )
+            report = run_connector(ctx, gw or owners[0], name)
+            click.echo(
+                f"connector {report.gateway}/{report.connector}: {report.records} records, "
+                f"deltas {report.deltas}, {report.seconds:.1f}s"
+            )
+            return
         for g in [gw] if gw else known:
             if stage == "flush":
                 click.echo(repr(run_flush(ctx, g)))

@@ -26,6 +26,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import msgspec
+from croniter import croniter
 
 from .delta import check_identifier
 from .errors import SchemaError, ValidationError
@@ -74,7 +75,6 @@ SECRET_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 """Per type, the fields that must be ``${VAR}`` references (connection strings: the password)."""
 _REF_RE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_CRON_FIELD: Final = re.compile(r"[0-9*/,\-A-Za-z?]+")
 
 
 class CursorStrategy(msgspec.Struct, forbid_unknown_fields=True, rename="camel", tag="cursor"):
@@ -153,8 +153,7 @@ def env_reference(value: object) -> str | None:
 
 
 def _check_schedule(cron: str) -> None:
-    fields = cron.split()
-    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+    if len(cron.split()) != 5 or not croniter.is_valid(cron):
         raise _fail("$.schedule", f"schedule {cron!r} must be a cron expression of 5 fields")
 
 

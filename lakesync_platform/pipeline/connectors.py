@@ -12,11 +12,13 @@ validation, merge and commit as a client's push, as client ``ingest:<connector>`
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from croniter import croniter
 from sqlalchemy import Engine
 
 from ..connectors.model import Change, Page, RunReport, Stream
@@ -35,7 +37,13 @@ from ..spark.wal_source import jdbc_source
 from ..sync.service import SyncService
 from .context import PipelineContext
 
-__all__ = ["DiffStream", "connector_config", "run_connector"]
+__all__ = [
+    "DiffStream",
+    "connector_config",
+    "due_tick",
+    "registered_connectors",
+    "run_connector",
+]
 
 
 def _wall_ms() -> int:
@@ -72,6 +80,21 @@ class DiffStream:
         if page:
             yield Page(page)
         yield Page([], {"snapshotRows": rows}, after_commit=self.diff.promote, api_calls=1)
+
+
+def registered_connectors(ctx: PipelineContext) -> list[tuple[str, ConnectorConfig]]:
+    """Every registered connector of every gateway as ``(gw, config)`` (declarations applied
+    first, so declared connectors are registered)."""
+    ctx.apply_declarations()
+    return [(gw, cfg) for gw in ctx.gateways() for cfg in ctx.wal.connectors(gw).values()]
+
+
+def due_tick(cron: str, after_s: float, now_s: float) -> int | None:
+    """The latest tick of ``cron`` (UTC) in ``(after_s, now_s]`` as epoch seconds, or ``None``
+    when none fell in that window."""
+    start = dt.datetime.fromtimestamp(now_s, dt.UTC)
+    previous = croniter(cron, start + dt.timedelta(seconds=1)).get_prev(float)
+    return int(previous) if after_s < previous <= now_s else None
 
 
 def connector_config(ctx: PipelineContext, gw: str, name: str) -> ConnectorConfig:
