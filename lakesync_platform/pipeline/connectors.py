@@ -72,7 +72,7 @@ class DiffStream:
         """Stage the source, stream its differences, promote it once they are committed."""
         rows = self.diff.stage()
         page: list[Change] = []
-        for row_id, row in self.diff.changes():
+        for row_id, row in self.diff.changes(rows):
             page.append(Change(row_id, row))
             if len(page) >= self.page_size:
                 yield Page(page, api_calls=0)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SnapshotDiff", "snapshot_table"]
 
-_ROWS_PER_PARTITION = 20_000
+_ROWS_PER_PARTITION = 50_000
 _ROW_ID = "_ls_row_id"
 _ROW = "_ls_row"
 
@@ -92,9 +92,11 @@ class SnapshotDiff:
         self._read_source().writeTo(self.staging).using("iceberg").createOrReplace()
         return int(self.spark.table(self.staging).count())
 
-    def changes(self) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    def changes(self, staged_rows: int) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """``(row_id, row or None for a delete)`` of every row that differs from the snapshot,
-        streamed to the driver one partition at a time."""
+        streamed to the driver one partition at a time (at most about ``_ROWS_PER_PARTITION``
+        rows each, however many of the ``staged_rows`` changed: the join runs once, its
+        shuffle output is read back partition by partition)."""
         from pyspark.sql import functions as F
 
         cur = self.spark.table(self.staging).alias("cur")
@@ -107,10 +109,7 @@ class SnapshotDiff:
             F.coalesce(F.col(f"cur.{_ROW_ID}"), F.col(f"prev.{_ROW_ID}")).alias(_ROW_ID),
             F.col(f"cur.{_ROW}").alias(_ROW),
         )
-        count = diff.count()
-        if count == 0:
-            return
-        parts = max(1, -(-count // _ROWS_PER_PARTITION))
+        parts = max(1, -(-staged_rows // _ROWS_PER_PARTITION))
         for row in diff.repartition(parts, _ROW_ID).toLocalIterator(prefetchPartitions=False):
             body = row[_ROW]
             yield row[_ROW_ID], None if body is None else json.loads(body)
