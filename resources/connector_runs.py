@@ -18,7 +18,7 @@ __all__ = [
 
 CONNECTOR_PARTITIONS = dg.DynamicPartitionsDefinition(name="lakesync_connectors")
 """One partition per registered connector: ``<gateway>/<connector>``."""
-CONNECTOR_JOB = "lakesync_connectors"
+CONNECTOR_JOB = "lakesync_connector_polls"
 """The job that polls one connector (one partition) per run."""
 
 

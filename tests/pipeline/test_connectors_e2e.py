@@ -188,6 +188,7 @@ def test_the_dagster_job_polls_connectors_registered_at_runtime(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     defs = build_definitions(env)
+    dg.Definitions.validate_loadable(defs)  # job, asset and sensor names do not clash
     instance = dg.DagsterInstance.ephemeral()
     now = 1_800_000_000.0  # a */5 tick
     sensor = build_connector_sensor(clock=lambda: now)
