@@ -5,7 +5,8 @@ Definitions are built when the code location loads, not at import: the YAML decl
 ``LAKESYNC_WAL_URL``, default ``<LAKESYNC_DATA_DIR>/wal.db``) decide which gateways, tables and
 destinations get assets. Declared tables are applied to the config store here, so the gateway
 enforces them too. Tables registered later through the admin route are already processed by
-the jobs; their assets appear on the next reload of the code location.
+the jobs; their assets appear on the next reload of the code location. Connectors need no
+reload: each is a partition of one asset, kept in step by a sensor (:mod:`sensors.connectors`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from lakesync_platform.settings import (
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import sync_job_name
 from sensors.backlog import build_backlog_sensor
+from sensors.connectors import build_connector_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
 from sensors.schedules import build_sync_schedule
 
+from .connector_assets import build_connector_defs
 from .gateway_assets import build_gateway_defs
 
 __all__ = ["build_definitions", "defs", "lakesync_resource"]
@@ -100,11 +103,11 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
             )
         )
     common = dg.Definitions(
-        sensors=[build_request_failure_sensor()],
+        sensors=[build_request_failure_sensor(), build_connector_sensor()],
         resources={"lakesync": lakesync_resource(env)},
         executor=dg.in_process_executor,
     )
-    return dg.Definitions.merge(common, *per_gateway)
+    return dg.Definitions.merge(common, build_connector_defs(), *per_gateway)
 
 
 @dg.definitions

@@ -32,6 +32,10 @@ __all__ = [
     "ActionDiscoveryBody",
     "ActionRequest",
     "ActionResponseBody",
+    "ConnectorBody",
+    "ConnectorRegistered",
+    "ConnectorUnregistered",
+    "ConnectorView",
     "ErrorBody",
     "FlushAccepted",
     "FlushRequestView",
@@ -375,3 +379,44 @@ class ActionDiscoveryBody(msgspec.Struct):
     """The gateway's connectors and the action types each supports."""
 
     connectors: dict[str, list[ActionDescriptorBody]]
+
+
+class ConnectorBody(msgspec.Struct):
+    """A ``ConnectorConfig`` (PROTOCOL.md §11.1): ``name``, ``type``, the ``<type>`` object
+    (secrets only as ``${VAR}`` references), ``ingest`` for SQL types, a cron ``schedule``."""
+
+    name: Annotated[str, Meta(pattern=IDENTIFIER_RE.pattern)]
+    type: Literal["postgres", "mysql", "bigquery", "jira", "salesforce"]
+    schedule: str | UnsetType = UNSET
+    ingest: dict[str, Any] | UnsetType = UNSET
+    postgres: dict[str, Any] | UnsetType = UNSET
+    mysql: dict[str, Any] | UnsetType = UNSET
+    jira: dict[str, Any] | UnsetType = UNSET
+    salesforce: dict[str, Any] | UnsetType = UNSET
+    bigquery: dict[str, Any] | UnsetType = UNSET
+
+
+class ConnectorRegistered(msgspec.Struct, rename="camel"):
+    """A connector was registered."""
+
+    registered: bool
+    name: str
+
+
+class ConnectorUnregistered(msgspec.Struct):
+    """A connector was unregistered."""
+
+    unregistered: bool
+    name: str
+
+
+class ConnectorView(msgspec.Struct, rename="camel"):
+    """A registered connector: the reference's fields, then its schedule and its config with
+    every secret masked."""
+
+    name: str
+    type: str
+    has_ingest: bool
+    is_polling: bool
+    schedule: str
+    config: dict[str, Any]

@@ -155,6 +155,7 @@ def _codes(status: int) -> list[str]:
     extra = {
         403: AuthError.code,
         400: SchemaError.code,
+        409: "VALIDATION_ERROR",
         413: "VALIDATION_ERROR",
         504: LakeSyncError.code,
     }.get(status)

@@ -41,23 +41,40 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
             statement: UPDATE todos SET completed = TRUE WHERE row_id = :row_id
             params:
               row_id: {type: string}
+    syncRules:                    # the gateway's sync rules, exactly the admin route's body
+      buckets:
+        - {name: mine, tables: [todos], filters: [{column: owner, op: eq, value: "jwt:sub"}]}
+    connectors:                   # sources polled into the WAL, exactly the admin route's body
+      - name: shop
+        type: postgres
+        postgres: {connectionString: "postgresql://app:${SHOP_PASSWORD}@db/shop"}
+        schedule: "*/5 * * * *"
+        ingest:
+          tables:
+            - {table: items, rowIdColumn: id, strategy: {type: cursor, cursorColumn: updated_at}}
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
 destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
 or a value of the wrong type is refused with the file and the path of the value
 (``x.yaml: Object contains unknown field `tabels` - at `$```); the gateway id follows the
-platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Top-level
-``syncRules`` and ``connectors`` are reserved for the sync-rule and connector declarations of
-later releases and rejected for now.
+platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Sync rules
+and connectors are checked by the admin routes' own parsers
+(:func:`~lakesync_platform.core.sync_rules.parse_sync_rules`,
+:func:`~lakesync_platform.core.connectors.parse_connector_config`), their messages prefixed
+with the file and the path (``x.yaml: … - at `$.connectors[0].ingest.tables[0]```). A
+connector's secrets are ``${VAR}`` references, kept as written: they are resolved only by the
+process that runs a poll, from its environment.
 
 An action connector's kind, URL or destination, and its types' statements are checked here
 (a ``sql`` type needs a ``statement``, a ``webhook`` type has none; a ``destination`` must be
 declared for the gateway); the gateway builds the handlers from them at startup.
 
-Declared tables are applied to the gateway's config store (:func:`apply_declarations`), which
+Declarations are applied to the gateway's config store (:func:`apply_declarations`), which
 stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
 flows through the pipeline like a declared one, and reaches every destination whose ``tables``
-is ``"*"``.
+is ``"*"``. Declared sync rules are saved exactly as the admin route saves posted ones (the
+gateway enforces them within a second); declared connectors are (re-)registered, keeping
+their cursors — applying declarations again restores a declared connector's config.
 """
 
 from __future__ import annotations
@@ -72,10 +89,12 @@ import msgspec
 import yaml
 
 from .core.actions import PARAM_TYPES, ActionDescriptor, ParamSpec, params_struct
+from .core.connectors import ConnectorConfig, parse_connector_config
 from .core.delta import check_identifier
 from .core.errors import LakeSyncError, SchemaError, ValidationError
 from .core.identifiers import check_gateway_id
 from .core.schema import TableSchema, parse_table_schema
+from .core.sync_rules import SyncRules, parse_sync_rules
 
 __all__ = [
     "ACTION_KINDS",
@@ -95,7 +114,6 @@ __all__ = [
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
 _BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
 ACTION_KINDS: Final = ("webhook", "sql")
-_RESERVED: Final = frozenset(("syncRules", "connectors"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
 
@@ -167,6 +185,8 @@ class GatewayDecl:
     tables: Mapping[str, TableSchema] = field(default_factory=dict)
     destinations: Mapping[str, DestinationDecl] = field(default_factory=dict)
     actions: Mapping[str, ActionConnectorDecl] = field(default_factory=dict)
+    sync_rules: SyncRules | None = None
+    connectors: Mapping[str, ConnectorConfig] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +205,16 @@ class SchemaStore(Protocol):
 
     def save_schema(self, gw: str, schema: TableSchema, now_ms: int = 0) -> TableSchema:
         """Register or evolve a schema."""
+        ...
+
+    def save_sync_rules(self, gw: str, rules: SyncRules, now_ms: int = 0) -> None:
+        """Replace the gateway's sync rules."""
+        ...
+
+    def save_connector(
+        self, gw: str, cfg: ConnectorConfig, now_ms: int = 0, *, replace: bool = False
+    ) -> None:
+        """Register (or with ``replace``, re-register) a connector."""
         ...
 
 
@@ -250,6 +280,8 @@ class _Document(msgspec.Struct, forbid_unknown_fields=True):
     tables: list[Any] | None = None
     destinations: list[_Destination] | None = None
     actions: list[_ActionConnector] | None = None
+    sync_rules: Any = msgspec.field(default=None, name="syncRules")
+    connectors: list[Any] | None = None
 
 
 def _error(where: str, path: str, message: str) -> DeclarationError:
@@ -258,10 +290,6 @@ def _error(where: str, path: str, message: str) -> DeclarationError:
 
 
 def _read_document(where: str, doc: object) -> _Document:
-    if isinstance(doc, Mapping):
-        reserved = _RESERVED & set(doc)
-        if reserved:
-            raise DeclarationError(f"{where}: {sorted(reserved)} are not supported yet")
     try:
         parsed = msgspec.convert(doc, _Document)
     except msgspec.ValidationError as exc:
@@ -274,6 +302,26 @@ def _read_document(where: str, doc: object) -> _Document:
     except ValidationError as exc:
         raise _error(where, "$.gateway", exc.message) from exc
     return parsed
+
+
+def _at(where: str, path: str, exc: ValidationError) -> DeclarationError:
+    """``exc`` (whose message may end in `` - at `$…` ``) about the value at ``path``."""
+    message, sep, inner = exc.message.partition(" - at `$")
+    return _error(where, path + inner.rstrip("`") if sep else path, message)
+
+
+def _connector(where: str, i: int, raw: Any) -> ConnectorConfig:
+    try:
+        return parse_connector_config(raw)
+    except ValidationError as exc:
+        raise _at(where, f"$.connectors[{i}]", exc) from exc
+
+
+def _sync_rules(where: str, raw: Any) -> SyncRules:
+    try:
+        return parse_sync_rules(raw)
+    except ValidationError as exc:
+        raise _at(where, "$.syncRules", exc) from exc
 
 
 def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
@@ -408,6 +456,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     tables: dict[str, dict[str, TableSchema]] = {}
     dests: dict[str, dict[str, DestinationDecl]] = {}
     actions: dict[str, dict[str, tuple[str, ActionConnectorDecl]]] = {}
+    rules: dict[str, SyncRules] = {}
+    connectors: dict[str, dict[str, ConnectorConfig]] = {}
     for where, doc in documents:
         if doc is None:
             continue
@@ -431,6 +481,15 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if action.connector in actions.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: connector {action.connector!r} declared twice")
             actions[gw][action.connector] = (where, action)
+        if parsed.sync_rules is not None:
+            if gw in rules:
+                raise DeclarationError(f"{where}: syncRules declared twice for {gw!r}")
+            rules[gw] = _sync_rules(where, parsed.sync_rules)
+        for i, raw_conn in enumerate(parsed.connectors or []):
+            conn = _connector(where, i, raw_conn)
+            if conn.name in connectors.setdefault(gw, {}):
+                raise DeclarationError(f"{where}: connector {conn.name!r} declared twice")
+            connectors[gw][conn.name] = conn
     for gw, declared in actions.items():
         for where, action in declared.values():
             if action.destination is not None and action.destination not in dests.get(gw, {}):
@@ -444,8 +503,10 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             tables.get(gw, {}),
             dests.get(gw, {}),
             {name: action for name, (_, action) in actions.get(gw, {}).items()},
+            rules.get(gw),
+            connectors.get(gw, {}),
         )
-        for gw in sorted(set(tables) | set(dests) | set(actions))
+        for gw in sorted(set(tables) | set(dests) | set(actions) | set(rules) | set(connectors))
     }
     return Declarations(gateways)
 
@@ -464,10 +525,15 @@ def load_declarations(folder: Path | None) -> Declarations:
 
 
 def apply_declarations(decls: Declarations, store: SchemaStore, now_ms: int = 0) -> int:
-    """Register (or additively evolve) every declared table in the config store; return count."""
+    """Register (or additively evolve) every declared table, save declared sync rules and
+    (re-)register declared connectors in the config store; return how many tables."""
     count = 0
     for gw, decl in decls.gateways.items():
         for schema in decl.tables.values():
             store.save_schema(gw, schema, now_ms)
             count += 1
+        if decl.sync_rules is not None:
+            store.save_sync_rules(gw, decl.sync_rules, now_ms)
+        for cfg in decl.connectors.values():
+            store.save_connector(gw, cfg, now_ms, replace=True)
     return count

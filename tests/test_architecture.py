@@ -50,6 +50,10 @@ CORE_LIBRARIES: dict[str, tuple[str, ...]] = {
     # not taken for this: `import jwt` loads its JWKS HTTP client (urllib.request, http, ssl,
     # socket, threading).
     "joserfc.jwt": ("socket",),
+    # Cron expressions (core/connectors.py checks a connector's schedule): croniter imports the
+    # stdlib platform module, which imports subprocess to read the OS version on request; no
+    # process is started.
+    "croniter": ("subprocess",),
 }
 """Third-party libraries core may import, with the forbidden modules each loads by itself (and
 why that is harmless); anything further a core module loads is an offence."""
@@ -226,7 +230,16 @@ ROOM_IMPORTS: dict[str, set[str]] = {
     "settings": set(),
     "testing": {"core", "settings"},
     "spark": {"core", "adapters", "install", "wal.export"},
-    "pipeline": {"core", "adapters", "declarations", "settings", "spark", "wal"},
+    "pipeline": {
+        "core",
+        "adapters",
+        "connectors",
+        "declarations",
+        "settings",
+        "spark",
+        "sync",
+        "wal",
+    },
     "cli": {
         *("core", "install", "pipeline", "settings", "sync", "wal", "testing", "declarations"),
         "adapters",  # lakesync doctor reaches the declared destinations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -216,9 +217,71 @@ def test_bigquery_destination_is_declared_by_project_and_dataset() -> None:
     )
 
 
-def test_reserved_keys_are_refused_by_name() -> None:
-    with pytest.raises(DeclarationError, match=r"x.yaml: \['syncRules'\] are not supported yet"):
-        parse_declarations([("x.yaml", {"syncRules": {}})])
+SHOP = {
+    "name": "shop",
+    "type": "postgres",
+    "postgres": {"connectionString": "postgresql://app:${SHOP_PW}@db/shop"},
+    "ingest": {"tables": [{"table": "items", "strategy": {"type": "diff"}}]},
+}
+RULES = {"version": 1, "buckets": [{"name": "all", "tables": ["items"], "filters": []}]}
+
+
+def test_sync_rules_and_connectors_are_declared_and_applied() -> None:
+    from lakesync_platform.wal.memory import MemoryWal
+
+    decls = parse_declarations(
+        [("x.yaml", {"gateway": "g", "syncRules": RULES, "connectors": [SHOP]})]
+    )
+    decl = decls.gateway("g")
+    assert decl.sync_rules is not None and list(decl.connectors) == ["shop"]
+    store = MemoryWal()
+    apply_declarations(decls, store)
+    assert store.sync_rules("g") == decl.sync_rules
+    assert store.connectors("g") == dict(decl.connectors)
+    store.save_connector_state("g", "shop", "items", {"snapshotRows": 3})
+    apply_declarations(decls, store)  # re-applied: the config restored, the cursor kept
+    assert store.connector_state("g", "shop") == {"items": {"snapshotRows": 3}}
+    # the secret stays a reference: nothing is expanded at load time
+    assert store.connectors("g")["shop"].source["connectionString"].endswith("${SHOP_PW}@db/shop")
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {"connectors": [{**SHOP, "ingest": {"tables": [{"table": "items"}]}}]},
+            "x.yaml: Object missing required field `strategy`"
+            " - at `$.connectors[0].ingest.tables[0]`",
+        ),
+        (
+            {"connectors": [{**SHOP, "postgres": {"connectionString": "postgresql://a:pw@db/x"}}]},
+            "x.yaml: the password in connectionString must be a ${VAR} reference"
+            " - at `$.connectors[0].postgres.connectionString`",
+        ),
+        ({"connectors": [SHOP, SHOP]}, "x.yaml: connector 'shop' declared twice"),
+        (
+            {
+                "syncRules": {
+                    "version": 1,
+                    "buckets": [
+                        {
+                            "name": "b",
+                            "tables": [],
+                            "filters": [{"column": "c", "op": "like", "value": "x"}],
+                        }
+                    ],
+                }
+            },
+            'x.yaml: Bucket "b" filter at index 0 op must be one of',
+        ),
+    ],
+)
+def test_bad_connectors_and_sync_rules_name_the_file_the_key_and_the_problem(
+    doc: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(DeclarationError) as info:
+        parse_declarations([("x.yaml", doc)])
+    assert info.value.message.startswith(message)
 
 
 def test_duplicates_are_rejected() -> None:

@@ -1,10 +1,11 @@
-"""The gateway's route handlers: sync (push, pull, checkpoint, the WebSocket), actions, admin, and
-meta routes."""
+"""The gateway's route handlers: sync (push, pull, checkpoint, the WebSocket), actions, admin,
+connectors, and meta routes."""
 
 from __future__ import annotations
 
 from .actions import ActionController
 from .admin import AdminController
+from .connectors import ConnectorsController
 from .meta import MetaController
 from .realtime import sync_socket
 from .sync import SyncController
@@ -13,10 +14,18 @@ __all__ = [
     "CONTROLLERS",
     "ActionController",
     "AdminController",
+    "ConnectorsController",
     "MetaController",
     "SyncController",
     "sync_socket",
 ]
 
-CONTROLLERS = [MetaController, SyncController, ActionController, AdminController, sync_socket]
+CONTROLLERS = [
+    MetaController,
+    SyncController,
+    ActionController,
+    AdminController,
+    ConnectorsController,
+    sync_socket,
+]
 """Every controller the app mounts."""

@@ -138,7 +138,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise"]))
+@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
 @defs_dir_option
@@ -147,7 +148,13 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     "--json", "as_json", is_flag=True, help="One JSON document on stdout, no progress on stderr."
 )
 def run(
-    stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str | None, as_json: bool
+    stage: str,
+    name: str | None,
+    gw: str | None,
+    data_dir: Path,
+    defs_dir: Path,
+    wal_url: str | None,
+    as_json: bool,
 ) -> None:
     """Run one pipeline stage once, in-process (exit status 1 on failure; 2 for a missing data
     directory or WAL, or an unknown gateway, before anything is created).
@@ -155,6 +162,9 @@ def run(
     Prints one line per gateway or table (entries, rows, range, time) and progress on stderr;
     the JVM's log goes to <data-dir>/logs/spark.log. A stage another process is running on the
     same lake is waited for (LAKESYNC_LOCK_TIMEOUT_SECONDS, default 900).
+
+    ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
+    may be left out when only one gateway has a connector of that name).
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -190,7 +200,11 @@ def run(
         libraries = _log_libraries_to(settings.layout.run_log)
         stack.callback(logging.getLogger().removeHandler, libraries)
         stack.callback(libraries.close)
-        gateways = [gw] if gw else known
+        if stage == "connector":
+            results.append(_run_connector(ctx, name, gw, progress))
+            gateways = []
+        else:
+            gateways = [gw] if gw else known
         if gateways:
             with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
                 ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
@@ -210,6 +224,28 @@ def run(
         ctx.close()
     if as_json:
         click.echo(json_document(stage, results, time.monotonic() - started))
+
+
+def _run_connector(
+    ctx: PipelineContext, name: str | None, gw: str | None, progress: _Progress
+) -> StageResult:
+    """Poll connector ``name`` once (of ``gw``, or of the one gateway that has it)."""
+    from ..pipeline.connectors import registered_connectors, run_connector
+
+    if not name:
+        raise click.UsageError("run connector needs the connector's NAME")
+    owners = [g for g, cfg in registered_connectors(ctx) if cfg.name == name]
+    if gw is None and len(owners) != 1:
+        raise NotReady(
+            f"connector {name!r} is registered for {len(owners)} gateways "
+            f"({', '.join(owners) or 'none'}): name one with --gw"
+        )
+    owner = gw or owners[0]
+    with progress.step(f"connector {owner}/{name}"):
+        report = run_connector(ctx, owner, name)
+    if not progress.quiet:
+        click.echo(describe(report))
+    return report
 
 
 def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:

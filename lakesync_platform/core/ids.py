@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any, Final
 
+import msgspec
+
 from .delta import ColumnDelta
 
 __all__ = [
@@ -189,10 +191,48 @@ def _sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+_fast_encode = msgspec.json.Encoder().encode
+
+
+def _plain(value: Any) -> bool:
+    """A value whose canonical JSON msgspec writes byte for byte: a string, ``None``, a bool, a
+    safe integer, or a non-integral float that both write in positional notation (msgspec
+    escapes strings as ``JSON.stringify`` does and refuses lone surrogates, which then take the
+    general path)."""
+    kind = type(value)
+    if kind is float:
+        return 1e-4 <= abs(value) < 1e15 and not value.is_integer()
+    return (
+        kind is str
+        or value is None
+        or kind is bool
+        or (kind is int and -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER)
+    )
+
+
 def delta_id_payload(
     client_id: str, hlc: int, table: str, row_id: str, columns: Sequence[ColumnDelta]
 ) -> str:
-    """The canonical string hashed by :func:`delta_id`."""
+    """The canonical string hashed by :func:`delta_id`.
+
+    The payload's keys are fixed ASCII names written here in sorted order, so when every value
+    is :func:`_plain` msgspec encodes it exactly as :func:`canonical_json` would, about ten
+    times faster (measured: connectors derive an id for every polled record); anything else
+    takes :func:`canonical_json`.
+    """
+    if all(_plain(c.value) for c in columns):
+        try:
+            return _fast_encode(
+                {
+                    "clientId": client_id,
+                    "columns": [{"column": c.column, "value": c.value} for c in columns],
+                    "hlc": str(hlc),
+                    "rowId": row_id,
+                    "table": table,
+                }
+            ).decode()
+        except UnicodeEncodeError:  # a lone surrogate: JSON.stringify escapes it
+            pass
     return canonical_json(
         {
             "clientId": client_id,

@@ -16,10 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgspec
 
+from .connectors import ConnectorConfig
 from .delta import ColumnDelta, RowDelta
 from .merge import RowState
 from .schema import TableSchema
@@ -28,6 +29,7 @@ from .sync_rules import SyncRules
 __all__ = [
     "ActionClaim",
     "AppendRequest",
+    "ConnectorStore",
     "FlushRequest",
     "GatewayCounters",
     "GatewayStats",
@@ -422,4 +424,33 @@ class WalStore(Protocol):
 
     def close(self) -> None:
         """Finish queued appends and release every resource."""
+        ...
+
+
+class ConnectorStore(Protocol):
+    """The config store's connectors: registered configs and each stream's durable state."""
+
+    def connectors(self, gw: str) -> dict[str, ConnectorConfig]:
+        """The connectors registered for ``gw`` by name."""
+        ...
+
+    def save_connector(
+        self, gw: str, cfg: ConnectorConfig, now_ms: int = 0, *, replace: bool = False
+    ) -> None:
+        """Register ``cfg`` (409 :class:`~.errors.ValidationError` if the name exists, unless
+        ``replace``)."""
+        ...
+
+    def delete_connector(self, gw: str, name: str) -> bool:
+        """Unregister ``name`` and drop its state; ``False`` if it was not registered."""
+        ...
+
+    def connector_state(self, gw: str, name: str) -> dict[str, dict[str, Any]]:
+        """Each stream's saved state of connector ``name``."""
+        ...
+
+    def save_connector_state(
+        self, gw: str, name: str, stream: str, state: dict[str, Any], now_ms: int = 0
+    ) -> None:
+        """Durably record ``stream``'s state."""
         ...

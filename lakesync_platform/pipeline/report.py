@@ -7,6 +7,7 @@ Dagster's step lines::
     flush demo: 12 345 entries, WAL 1..12 345, 410 kB into the lake in 1.2 s
     state demo.todos: 1 234 rows changed (1 200 live), log 1..12 345 in 2.0 s
     materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
+    connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
 {"code", "message"} | null}``, each result being the stage's result record as is.
@@ -19,6 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..connectors.model import RunReport
 from ..core.errors import LakeSyncError
 from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
@@ -26,8 +28,8 @@ from ..spark.state import StateResult
 
 __all__ = ["StageResult", "describe", "json_document", "number"]
 
-StageResult = FlushResult | StateResult | MaterialiseResult
-"""One result of a pipeline stage."""
+StageResult = FlushResult | StateResult | MaterialiseResult | RunReport
+"""One result of a pipeline stage (a connector's poll included)."""
 
 
 def number(n: int) -> str:
@@ -50,6 +52,10 @@ def _range(first: int, last: int) -> str:
 def describe(result: StageResult) -> str:
     """One human line for ``result``."""
     took = f"in {result.seconds:.1f} s"
+    if isinstance(result, RunReport):
+        ops = ", ".join(f"{number(n)} {op}" for op, n in sorted(result.deltas.items()))
+        head = f"connector {result.gateway}/{result.connector}"
+        return f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
     if isinstance(result, FlushResult):
         head = f"flush {result.gateway_id}"
         if result.empty:
@@ -82,7 +88,12 @@ def json_document(
     error: LakeSyncError | None = None,
 ) -> str:
     """The one JSON document of a ``--json`` run (see the module docstring)."""
-    kinds = {FlushResult: "flush", StateResult: "state", MaterialiseResult: "materialise"}
+    kinds = {
+        FlushResult: "flush",
+        StateResult: "state",
+        MaterialiseResult: "materialise",
+        RunReport: "connector",
+    }
     doc: dict[str, Any] = {
         "stage": stage,
         "ok": error is None,

@@ -2,7 +2,8 @@
 
 :class:`GatewayAdmin` is the service behind every route that is not push or pull: it reads the
 WAL store's counters, registered schemas and sync rules, queues flush requests, and answers
-readiness. Routes call it and never reach the store themselves. Writes that change what the
+readiness, and registers, lists and unregisters connectors. Routes call it and never reach
+the store themselves. Writes that change what the
 sync engine serves (schemas, sync rules) go through the sync service, which keeps its cached
 view of a gateway's config in step.
 """
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from ..core.connectors import ConnectorConfig
 from ..core.errors import NotFoundError
 from ..core.identifiers import check_gateway_id
 from ..core.schema import TableSchema
@@ -67,6 +69,20 @@ class AdminStore(Protocol):
 
     def recent_flush_requests(self, gw: str, limit: int) -> list[FlushRequest]:
         """The newest ``limit`` flush requests of ``gw`` whatever their status, newest last."""
+        ...
+
+    def connectors(self, gw: str) -> dict[str, ConnectorConfig]:
+        """The connectors registered for ``gw`` by name."""
+        ...
+
+    def save_connector(
+        self, gw: str, cfg: ConnectorConfig, now_ms: int = 0, *, replace: bool = False
+    ) -> None:
+        """Register ``cfg`` (409 if the name exists)."""
+        ...
+
+    def delete_connector(self, gw: str, name: str) -> bool:
+        """Unregister ``name`` and drop its state."""
         ...
 
 
@@ -134,3 +150,17 @@ class GatewayAdmin:
     def request_flush(self, gw: str) -> FlushRequest:
         """Queue a flush of ``gw`` for the pipeline (its outcome shows in :meth:`status`)."""
         return self._store.request_flush(check_gateway_id(gw), self._clock())
+
+    def connectors(self, gw: str) -> list[ConnectorConfig]:
+        """The connectors registered for ``gw``, by name."""
+        return list(self._store.connectors(gw).values())
+
+    def register_connector(self, gw: str, cfg: ConnectorConfig) -> None:
+        """Register a validated connector (the pipeline polls it from its next sensor tick);
+        a name already registered is a 409 ``VALIDATION_ERROR``."""
+        self._store.save_connector(check_gateway_id(gw), cfg, self._clock())
+
+    def unregister_connector(self, gw: str, name: str) -> None:
+        """Unregister ``name`` and forget its cursors; :class:`NotFoundError` if unknown."""
+        if not self._store.delete_connector(gw, name):
+            raise NotFoundError(f'Connector "{name}" not found')

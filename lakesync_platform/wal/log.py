@@ -25,6 +25,7 @@ class SqlLog(SqlDatabase):
         with self.read() as conn:
             ids = set(conn.execute(select(t.gateways.c.gateway_id)).scalars())
             ids.update(conn.execute(select(t.schemas.c.gateway_id).distinct()).scalars())
+            ids.update(conn.execute(select(t.connectors.c.gateway_id).distinct()).scalars())
         return sorted(ids)
 
     def read_entries(self, gw: str, after: int, limit: int = 10_000) -> list[WalEntry]:

@@ -17,10 +17,12 @@ from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
-from ..core.errors import AdapterError
+from ..core.connectors import ConnectorConfig, connector_config_to_json, parse_connector_config
+from ..core.errors import AdapterError, ValidationError
 from ..core.merge import RowState, decode_row_state
 from ..core.schema import TableSchema, evolve_schema, parse_table_schema, table_schema_to_json
 from ..core.sync_rules import SyncRules, parse_sync_rules, sync_rules_to_json
@@ -83,6 +85,8 @@ class _Config:
     schemas: dict[str, tuple[int, str]] = field(default_factory=dict)
     rules_json: str | None = None
     columns: dict[str, dict[str, int]] = field(default_factory=dict)
+    connectors: dict[str, str] = field(default_factory=dict)
+    connector_state: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -179,7 +183,9 @@ class MemoryWal:
     def gateway_ids(self) -> list[str]:
         """Every gateway id that has ever accepted a push or stored a schema."""
         with self._lock:
-            with_schemas = {gw for gw, cfg in self._configs.items() if cfg.schemas}
+            with_schemas = {
+                gw for gw, cfg in self._configs.items() if cfg.schemas or cfg.connectors
+            }
             return sorted(set(self._gateways) | with_schemas)
 
     def max_cursor(self, gw: str) -> int:
@@ -396,6 +402,51 @@ class MemoryWal:
             for k in old:
                 del self._actions[k]
             return len(old)
+
+    # ------------------------------------------------------------------ connectors
+
+    def connectors(self, gw: str) -> dict[str, ConnectorConfig]:
+        """The connectors registered for ``gw`` by name."""
+        with self._lock:
+            stored = dict(self._config(gw).connectors)
+        return {n: parse_connector_config(_json_decode(js)) for n, js in sorted(stored.items())}
+
+    def save_connector(
+        self, gw: str, cfg: ConnectorConfig, now_ms: int = 0, *, replace: bool = False
+    ) -> None:
+        """Register ``cfg`` (409 if the name exists, unless ``replace``)."""
+        body = _json_encode(connector_config_to_json(cfg)).decode()
+        with self._lock:
+            self._open()
+            stored = self._config(gw).connectors
+            if cfg.name in stored and not replace:
+                raise ValidationError(
+                    f'Connector "{cfg.name}" is already registered', http_status=409
+                )
+            stored[cfg.name] = body
+
+    def delete_connector(self, gw: str, name: str) -> bool:
+        """Unregister ``name`` and drop its state."""
+        with self._lock:
+            self._open()
+            config = self._config(gw)
+            config.connector_state.pop(name, None)
+            return config.connectors.pop(name, None) is not None
+
+    def connector_state(self, gw: str, name: str) -> dict[str, dict[str, Any]]:
+        """Each stream's saved state of connector ``name``."""
+        with self._lock:
+            saved = dict(self._config(gw).connector_state.get(name, {}))
+        return {stream: _json_decode(js) for stream, js in saved.items()}
+
+    def save_connector_state(
+        self, gw: str, name: str, stream: str, state: dict[str, Any], now_ms: int = 0
+    ) -> None:
+        """Record ``stream``'s state."""
+        body = _json_encode(state).decode()
+        with self._lock:
+            self._open()
+            self._config(gw).connector_state.setdefault(name, {})[stream] = body
 
     # ------------------------------------------------------------------ flush requests
 

@@ -8,6 +8,7 @@ of gateway ids, isolated by key, from cohesive parts:
 * :mod:`.log` — reading entries, cursors, the flush watermark, trimming, counters;
 * :mod:`.rows` — row state, what each client holds, pull bookkeeping;
 * :mod:`.config` — schemas, sync rules, known columns;
+* :mod:`.connectors` — registered connectors and their per-stream state;
 * :mod:`.flush_requests` — the flush-request queue;
 * :mod:`.actions` — action claims and stored results (idempotency of actions);
 * :mod:`.database` and :mod:`.sqlite` — engines and transactions; SQLite's writer lock and
@@ -28,6 +29,7 @@ from . import tables as t
 from .actions import SqlActions
 from .append import SqlAppend
 from .config import SqlConfigStore
+from .connectors import SqlConnectorStore
 from .database import create_engines, redact
 from .flush_requests import SqlFlushRequests
 from .group_commit import GroupCommitter
@@ -36,9 +38,11 @@ from .log import SqlLog
 __all__ = ["WriteAheadLog"]
 
 
-class WriteAheadLog(SqlAppend, SqlLog, SqlConfigStore, SqlFlushRequests, SqlActions):
+class WriteAheadLog(
+    SqlAppend, SqlLog, SqlConfigStore, SqlConnectorStore, SqlFlushRequests, SqlActions
+):
     """The accepted-change log, row state, delivery state, config store, flush requests and
-    action results of every gateway, in one SQL database."""
+    action results of every gateway, and its connectors, in one SQL database."""
 
     def __init__(
         self,

@@ -30,6 +30,8 @@ __all__ = [
     "actions",
     "client_rows",
     "clients",
+    "connector_state",
+    "connectors",
     "delta_ids",
     "entries",
     "flush_requests",
@@ -199,6 +201,29 @@ actions = Table(
     Index("ix_wal_actions_updated", "updated_ms"),
 )
 
+connectors = Table(
+    "wal_connectors",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    # The validated ConnectorConfig JSON: secrets only as ${VAR} references.
+    Column("config_json", Text, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "name", name="pk_wal_connectors"),
+)
+
+connector_state = Table(
+    "wal_connector_state",
+    metadata,
+    Column("gateway_id", Text, nullable=False),
+    Column("connector", Text, nullable=False),
+    Column("stream", Text, nullable=False),
+    # A stream's cursor and state, written only after the WAL committed what it covers.
+    Column("state_json", Text, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("gateway_id", "connector", "stream", name="pk_wal_connector_state"),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     metadata.create_all(conn)
@@ -239,10 +264,18 @@ def _v3_actions(conn: Connection) -> None:
     actions.create(conn, checkfirst=True)
 
 
+def _v4_connectors(conn: Connection) -> None:
+    """Registered connectors and their per-stream state (a database created at version 1 by
+    this code has them already)."""
+    connectors.create(conn, checkfirst=True)
+    connector_state.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1_initial),
     (2, _v2_delta_ids_by_hlc),
     (3, _v3_actions),
+    (4, _v4_connectors),
 ]
 """Ordered ``(version, migrate)`` pairs; append new ones, never edit applied ones."""
 

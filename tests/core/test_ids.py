@@ -260,3 +260,36 @@ def test_delta_id_depends_on_every_field() -> None:
         delta_id("c", 1, "t", "r", [ColumnDelta("b", 2), ColumnDelta("a", 1)]),
     }
     assert base not in others and len(others) == 8
+
+
+_PLAIN_VALUES = st.one_of(
+    st.text(),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53), max_value=2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(min_value=1e-5, max_value=1e16),
+)
+
+
+@given(
+    st.text(),
+    st.integers(min_value=0, max_value=2**64 - 1),
+    st.text(),
+    st.text(),
+    st.lists(st.tuples(st.text(), _PLAIN_VALUES), max_size=6),
+)
+def test_the_fast_delta_id_payload_is_the_canonical_one(
+    client: str, hlc: int, table: str, row: str, cols: list[tuple[str, Any]]
+) -> None:
+    columns = [ColumnDelta(c, v) for c, v in cols]
+    expected = canonical_json(
+        {
+            "clientId": client,
+            "columns": [{"column": c.column, "value": c.value} for c in columns],
+            "hlc": str(hlc),
+            "rowId": row,
+            "table": table,
+        }
+    )
+    assert delta_id_payload(client, hlc, table, row, columns) == expected

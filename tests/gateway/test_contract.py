@@ -106,6 +106,15 @@ def contract_config() -> dict[str, Any]:
                 },
             },
             {
+                "include-operation-id": "register_connector",
+                "checks": {
+                    # Rules of PROTOCOL.md §11.1 a JSON Schema does not state: the `<type>`
+                    # object and its required fields, secrets only as ${VAR} references, the
+                    # ingest plan of SQL types, a cron schedule: 400.
+                    "positive_data_acceptance": {"expected-statuses": [*ACCEPTED, "400"]},
+                },
+            },
+            {
                 "include-operation-id": "save_sync_rules",
                 "checks": {
                     # Bucket names are unique (PROTOCOL.md §5): a repeated one is a 400.

@@ -51,6 +51,9 @@ def test_every_route_is_documented_once(document: dict[str, Any]) -> None:
         ("GET", "/v1/admin/sync-rules/{gw}"),
         ("GET", "/v1/admin/metrics/{gw}"),
         ("POST", "/v1/admin/flush/{gw}"),
+        ("POST", "/v1/admin/connectors/{gw}"),
+        ("GET", "/v1/admin/connectors/{gw}"),
+        ("DELETE", "/v1/admin/connectors/{gw}/{name}"),
     }
     assert document["openapi"].startswith("3.1")
 
@@ -92,6 +95,7 @@ def test_request_bodies_are_documented(document: dict[str, Any]) -> None:
         ("POST", "/v1/sync/{gw}/action"): "#/components/schemas/ActionRequest",
         ("POST", "/v1/admin/schema/{gw}"): "#/components/schemas/TableSchemaBody",
         ("POST", "/v1/admin/sync-rules/{gw}"): "#/components/schemas/SyncRulesBody",
+        ("POST", "/v1/admin/connectors/{gw}"): "#/components/schemas/ConnectorBody",
     }
 
 

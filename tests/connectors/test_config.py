@@ -1,0 +1,100 @@
+"""Connector configs: validation names the path and the problem; secrets are references only
+and masked when shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lakesync_platform.core.connectors import (
+    MASK,
+    connector_config_to_json,
+    masked_connector_json,
+    parse_connector_config,
+    resolve_secrets,
+)
+from lakesync_platform.core.errors import ValidationError
+
+PG: dict[str, Any] = {
+    "name": "crm",
+    "type": "postgres",
+    "postgres": {"connectionString": "postgresql://app:${CRM_PW}@db:5432/crm"},
+    "ingest": {
+        "tables": [
+            {
+                "table": "customers",
+                "strategy": {"type": "cursor", "cursorColumn": "updated_at"},
+            },
+            {"table": "orders", "query": "SELECT * FROM o", "strategy": {"type": "diff"}},
+        ]
+    },
+}
+
+
+def test_a_valid_config_round_trips_and_masks_its_password() -> None:
+    cfg = parse_connector_config(PG)
+    assert parse_connector_config(connector_config_to_json(cfg)) == cfg
+    assert cfg.client_id == "ingest:crm" and cfg.ingest is not None
+    assert cfg.ingest.chunk_size == 500 and cfg.ingest.tables[0].strategy.lookback_ms == 5000  # type: ignore[union-attr]
+    shown = masked_connector_json(cfg)
+    assert shown["postgres"]["connectionString"] == f"postgresql://app:{MASK}@db:5432/crm"
+    jira = parse_connector_config(
+        {"name": "j", "type": "jira", "jira": {"domain": "a", "email": "e", "apiToken": "${T}"}}
+    )
+    assert masked_connector_json(jira)["jira"]["apiToken"] == MASK
+    assert resolve_secrets("x${CRM_PW}y", {"CRM_PW": "s3"}) == "xs3y"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"type": "oracle"},
+            "type must be one of postgres, mysql, bigquery, jira, salesforce - at `$.type`",
+        ),
+        ({"name": "bad-name"}, "Invalid SQL identifier"),
+        (
+            {"postgres": None},
+            'Connector type "postgres" requires a postgres config - at `$.postgres`',
+        ),
+        (
+            {"postgres": {}},
+            "connectionString is required (a non-empty string) - at `$.postgres.connectionString`",
+        ),
+        (
+            {"postgres": {"connectionString": "postgresql://app:hunter2@db/crm"}},
+            "the password in connectionString must be a ${VAR} reference"
+            " - at `$.postgres.connectionString`",
+        ),
+        ({"ingest": None}, "a postgres connector needs ingest.tables to poll - at `$.ingest`"),
+        (
+            {"ingest": {"tables": []}},
+            "ingest.tables must list at least one table - at `$.ingest.tables`",
+        ),
+        (
+            {"ingest": {"tables": [{"table": "t", "strategy": {"type": "cursor"}}]}},
+            "Object missing required field `cursorColumn` - at `$.ingest.tables[0].strategy`",
+        ),
+        ({"ingest": {"tables": [{"table": "t"}]}}, "missing required field `strategy`"),
+        ({"schedule": "every minute"}, "must be a cron expression of 5 fields - at `$.schedule`"),
+        (
+            {"ingest": {"chunkSize": 0, "tables": PG["ingest"]["tables"]}},
+            "chunkSize must be a positive integer",
+        ),
+        ({"extra": 1}, "unknown field(s) ['extra'] - at `$`"),
+    ],
+)
+def test_a_bad_config_names_the_path_and_the_problem(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_connector_config({**PG, **change})
+    assert message in err.value.message
+
+
+def test_secret_fields_must_be_references() -> None:
+    with pytest.raises(ValidationError, match=r"apiToken must be a \$\{VAR\} reference"):
+        parse_connector_config(
+            {"name": "j", "type": "jira", "jira": {"domain": "a", "email": "e", "apiToken": "tok"}}
+        )
+    with pytest.raises(ValidationError, match="environment variable NOPE is not set"):
+        resolve_secrets("${NOPE}", {})
