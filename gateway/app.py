@@ -29,6 +29,7 @@ from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
 from .openapi import openapi_config
 from .ratelimit import CallerRateLimit
+from .sources import DeclaredSources
 from .state import GatewayServices, GatewayState, Offload
 
 __all__ = ["create_app"]
@@ -53,6 +54,7 @@ def create_app(
     slot = ServicesSlot()
 
     def startup(app: Litestar) -> None:
+        sources = DeclaredSources.open(settings)
         metrics = Metrics(metrics_dir)
         store = wal or WriteAheadLog.open(
             settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
@@ -67,6 +69,7 @@ def create_app(
             admin=GatewayAdmin(store, wall),
             metrics=metrics,
             offload=Offload(settings.request_timeout_s),
+            sources=sources,
         )
         app.state.gateway = GatewayState(
             settings=settings, wal=store, services=slot.services, limiter=limiter, clock=wall
@@ -77,6 +80,7 @@ def create_app(
         state: GatewayState | None = getattr(app.state, "gateway", None)
         if state is not None:
             state.services.sync.close()
+            state.services.sources.close()
             if wal is None:
                 state.wal.close()
 

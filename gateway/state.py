@@ -19,6 +19,7 @@ from lakesync_platform.wal.store import WriteAheadLog
 
 from .metrics import Metrics
 from .ratelimit import CallerRateLimit
+from .sources import DeclaredSources
 
 __all__ = ["GatewayServices", "GatewayState", "Offload", "gateway_state"]
 
@@ -49,13 +50,15 @@ class GatewayServices:
     """What route handlers receive (the ``services`` dependency); none of it is the store.
 
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
-    requests; ``offload`` runs their blocking calls on a worker thread.
+    requests; ``sources`` the declared sources pulls may name; ``offload`` runs their blocking
+    calls on a worker thread.
     """
 
     sync: SyncService
     admin: GatewayAdmin
     metrics: Metrics
     offload: Offload
+    sources: DeclaredSources
 
 
 @dataclass

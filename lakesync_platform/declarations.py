@@ -14,6 +14,11 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         kind: postgres            # postgres | mysql | sqlite
         url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
         tables: [todos]           # optional; default: every table of the gateway ("*")
+    sources:                      # stores clients pull from: GET …/pull?source=<name>
+      - name: crm                 # identifier, unique per gateway
+        kind: postgres            # postgres | mysql (a database holding lakesync_deltas)
+        url: postgresql+psycopg://app@db:5432/crm         # ${VAR} is read from the environment
+        options: {}               # the kind's own settings (strings), if it has any
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
 destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
@@ -47,10 +52,12 @@ from .core.schema import TableSchema, parse_table_schema
 
 __all__ = [
     "DESTINATION_KINDS",
+    "SOURCE_KINDS",
     "DeclarationError",
     "Declarations",
     "DestinationDecl",
     "GatewayDecl",
+    "SourceDecl",
     "apply_declarations",
     "expand_env",
     "load_declarations",
@@ -58,6 +65,8 @@ __all__ = [
 ]
 
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
+SOURCE_KINDS: Final = ("postgres", "mysql")
+"""The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
 _RESERVED: Final = frozenset(("syncRules", "connectors"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
@@ -84,12 +93,23 @@ class DestinationDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceDecl:
+    """A source clients pull from (``pull?source=NAME``): ``url`` may hold ``${VAR}``."""
+
+    name: str
+    kind: str
+    url: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayDecl:
     """Everything declared for one gateway id."""
 
     gateway_id: str
     tables: Mapping[str, TableSchema] = field(default_factory=dict)
     destinations: Mapping[str, DestinationDecl] = field(default_factory=dict)
+    sources: Mapping[str, SourceDecl] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +152,15 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
     tables: list[str] | Literal["*"] | None = "*"
 
 
+class _Source(msgspec.Struct, forbid_unknown_fields=True):
+    """A source as written; name and kind are checked after conversion."""
+
+    name: str
+    kind: str
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    options: dict[str, str] | None = None
+
+
 class _Document(msgspec.Struct, forbid_unknown_fields=True):
     """One declaration file as written. Tables stay raw: :func:`parse_table_schema` checks them
     with the admin route's messages."""
@@ -139,6 +168,7 @@ class _Document(msgspec.Struct, forbid_unknown_fields=True):
     gateway: str = DEFAULT_GATEWAY
     tables: list[Any] | None = None
     destinations: list[_Destination] | None = None
+    sources: list[_Source] | None = None
 
 
 def _error(where: str, path: str, message: str) -> DeclarationError:
@@ -186,6 +216,17 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
     return DestinationDecl(name, raw.kind, raw.url, tuple(tables))
 
 
+def _source(where: str, i: int, raw: _Source) -> SourceDecl:
+    path = f"$.sources[{i}]"
+    try:
+        name = check_identifier(raw.name, "source")
+    except SchemaError as exc:
+        raise _error(where, f"{path}.name", exc.message) from exc
+    if raw.kind not in SOURCE_KINDS:
+        raise _error(where, f"{path}.kind", f"source {name!r} kind must be one of {SOURCE_KINDS}")
+    return SourceDecl(name, raw.kind, raw.url, dict(raw.options or {}))
+
+
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``.
 
@@ -194,6 +235,7 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     """
     tables: dict[str, dict[str, TableSchema]] = {}
     dests: dict[str, dict[str, DestinationDecl]] = {}
+    sources: dict[str, dict[str, SourceDecl]] = {}
     for where, doc in documents:
         if doc is None:
             continue
@@ -212,9 +254,16 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest
+        for i, raw_source in enumerate(parsed.sources or []):
+            source = _source(where, i, raw_source)
+            if source.name in sources.setdefault(gw, {}):
+                raise _error(
+                    where, f"$.sources[{i}].name", f"source {source.name!r} declared twice"
+                )
+            sources[gw][source.name] = source
     gateways = {
-        gw: GatewayDecl(gw, tables.get(gw, {}), dests.get(gw, {}))
-        for gw in sorted(set(tables) | set(dests))
+        gw: GatewayDecl(gw, tables.get(gw, {}), dests.get(gw, {}), sources.get(gw, {}))
+        for gw in sorted(set(tables) | set(dests) | set(sources))
     }
     return Declarations(gateways)
 

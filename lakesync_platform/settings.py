@@ -133,7 +133,8 @@ class GatewaySettings:
     token is accepted until ``exp`` plus ``jwt_leeway_s`` seconds of clock skew (0, the
     reference's rule, unless set). Auth is on unless ``auth_enabled`` is explicitly false (local
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
-    set.
+    set. ``defs_dir`` holds the declarations whose ``sources`` clients may pull from
+    (``pull?source=NAME``); ``env`` expands ``${VAR}`` in their URLs.
     """
 
     wal_url: str
@@ -146,6 +147,8 @@ class GatewaySettings:
     allowed_origins: tuple[str, ...] | None = None
     max_body_bytes: int = 1_048_576
     request_timeout_s: float = 30.0
+    defs_dir: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:

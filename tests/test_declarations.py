@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lakesync_platform.adapters.source import SOURCE_KINDS as ADAPTER_SOURCE_KINDS
 from lakesync_platform.declarations import (
+    SOURCE_KINDS,
     DeclarationError,
     apply_declarations,
     expand_env,
@@ -91,6 +93,27 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
             "unknown field `tabls`",
             "$.destinations[0]",
         ),
+        (
+            {"sources": [{"name": "crm", "kind": "oracle", "url": "x"}]},
+            "source 'crm' kind must be one of",
+            "$.sources[0].kind",
+        ),
+        ({"sources": [{"name": "crm", "kind": "postgres"}]}, "`url`", "$.sources[0]"),
+        (
+            {"sources": [{"name": "c-1", "kind": "postgres", "url": "x"}]},
+            "Source names must match",
+            "$.sources[0].name",
+        ),
+        (
+            {"sources": [{"name": "c", "kind": "mysql", "url": "x", "options": {"a": 1}}]},
+            "Expected `str`, got `int`",
+            "$.sources[0].options[...]",
+        ),
+        (
+            {"sources": [{"name": "c", "kind": "mysql", "url": "x"}] * 2},
+            "source 'c' declared twice",
+            "$.sources[1].name",
+        ),
         ({"tabels": []}, "unknown field `tabels`", "$"),
         ({"tables": {"t": {}}}, "Expected `array | null`, got `object`", "$.tables"),
         ({"gateway": "bad gw"}, "Invalid gateway id", "$.gateway"),
@@ -117,6 +140,17 @@ def test_duplicates_are_rejected() -> None:
     doc = {"tables": [{"table": "t", "columns": []}]}
     with pytest.raises(DeclarationError, match="declared twice"):
         parse_declarations([("a.yaml", doc), ("b.yaml", doc)])
+
+
+def test_sources_are_declared_per_gateway_with_the_kinds_the_adapters_open() -> None:
+    doc = {
+        "gateway": "g1",
+        "sources": [{"name": "crm", "kind": "postgres", "url": "${CRM}", "options": {"k": "v"}}],
+    }
+    g1 = parse_declarations([("s.yaml", doc)]).gateway("g1")
+    crm = g1.sources["crm"]
+    assert (crm.kind, crm.url, dict(crm.options)) == ("postgres", "${CRM}", {"k": "v"})
+    assert set(SOURCE_KINDS) == set(ADAPTER_SOURCE_KINDS)
 
 
 def test_env_expansion() -> None:

@@ -6,11 +6,13 @@ gateway's server, which builds the app with ``create_app(settings)`` in each wor
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
 from ..settings import (
+    ENV_DATA_DIR,
     ENV_JWT_SECRET,
     ENV_JWT_SECRET_PREVIOUS,
     ENV_MAX_BACKLOG_BYTES,
@@ -18,7 +20,7 @@ from ..settings import (
     DataLayout,
     GatewaySettings,
 )
-from .options import data_dir_option, resolve_secret
+from .options import data_dir_option, defs_dir_option, resolve_secret
 
 __all__ = ["gateway", "gateway_settings"]
 
@@ -33,8 +35,10 @@ def gateway_settings(
     max_backlog_bytes: int | None,
     rate_limit: int | None,
     cors_origins: tuple[str, ...],
+    defs_dir: Path | None = None,
 ) -> GatewaySettings:
-    """The gateway's settings from its flags (the secret file is created on first start)."""
+    """The gateway's settings from its flags (the secret file is created on first start);
+    ``${VAR}`` in declared sources reads the environment, plus ``LAKESYNC_DATA_DIR``."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
@@ -47,6 +51,8 @@ def gateway_settings(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         allowed_origins=cors_origins or None,
+        defs_dir=defs_dir,
+        env={**os.environ, ENV_DATA_DIR: str(data_dir)},
     )
 
 
@@ -54,6 +60,7 @@ def gateway_settings(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @data_dir_option
+@defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
 @click.option("--jwt-secret", envvar=ENV_JWT_SECRET, help="HS256 secret for tokens.")
 @click.option(
@@ -84,6 +91,7 @@ def gateway(
     host: str,
     port: int,
     data_dir: Path,
+    defs_dir: Path,
     wal_url: str | None,
     jwt_secret: str | None,
     jwt_secret_previous: str | None,
@@ -108,6 +116,7 @@ def gateway(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         cors_origins=cors_origin,
+        defs_dir=defs_dir.resolve(),
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:
