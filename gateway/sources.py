@@ -31,7 +31,8 @@ class DeclaredSources:
         opened: dict[str, dict[str, DeltaSource]] = {}
         for gw, decl in decls.gateways.items():
             for name, src in decl.sources.items():
-                spec = SourceSpec(name, src.kind, expand_env(src.url, settings.env), src.options)
+                options = {k: expand_env(v, settings.env) for k, v in src.options.items()}
+                spec = SourceSpec(name, src.kind, expand_env(src.url, settings.env), options)
                 opened.setdefault(gw, {})[name] = open_source(spec)
         return cls(opened)
 

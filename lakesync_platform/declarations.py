@@ -16,9 +16,10 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         tables: [todos]           # optional; default: every table of the gateway ("*")
     sources:                      # stores clients pull from: GET …/pull?source=<name>
       - name: crm                 # identifier, unique per gateway
-        kind: postgres            # postgres | mysql (a database holding lakesync_deltas)
+        kind: postgres            # postgres | mysql (a database holding lakesync_deltas) | lake
         url: postgresql+psycopg://app@db:5432/crm         # ${VAR} is read from the environment
-        options: {}               # the kind's own settings (strings), if it has any
+        options: {}               # the kind's own settings (strings; ${VAR} too): lake needs
+                                  # warehouse and namespace, its url is the Iceberg catalog's
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
 destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
@@ -65,8 +66,10 @@ __all__ = [
 ]
 
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
-SOURCE_KINDS: Final = ("postgres", "mysql")
+SOURCE_KINDS: Final = ("postgres", "mysql", "lake")
 """The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
+SOURCE_OPTIONS: Final[Mapping[str, tuple[str, ...]]] = {"lake": ("warehouse", "namespace")}
+"""The options each source kind requires."""
 _RESERVED: Final = frozenset(("syncRules", "connectors"))
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
@@ -224,7 +227,13 @@ def _source(where: str, i: int, raw: _Source) -> SourceDecl:
         raise _error(where, f"{path}.name", exc.message) from exc
     if raw.kind not in SOURCE_KINDS:
         raise _error(where, f"{path}.kind", f"source {name!r} kind must be one of {SOURCE_KINDS}")
-    return SourceDecl(name, raw.kind, raw.url, dict(raw.options or {}))
+    options = dict(raw.options or {})
+    missing = [o for o in SOURCE_OPTIONS.get(raw.kind, ()) if not options.get(o)]
+    if missing:
+        raise _error(
+            where, f"{path}.options", f"source {name!r} of kind {raw.kind} needs options {missing}"
+        )
+    return SourceDecl(name, raw.kind, raw.url, options)
 
 
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:

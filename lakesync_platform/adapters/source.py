@@ -8,7 +8,9 @@ filters and delivers the same way.
 
 Kinds are registered in :data:`SOURCE_KINDS` (kind → factory of a :class:`SourceSpec`): a new
 kind plugs in with one entry. ``postgres`` and ``mysql`` (MySQL/MariaDB) open a
-:class:`~lakesync_platform.adapters.sql.SqlAdapter`, which implements the role natively.
+:class:`~lakesync_platform.adapters.sql.SqlAdapter`, which implements the role natively;
+``lake`` opens the lake's own change log (:class:`~lakesync_platform.adapters.lake.LakeSource`;
+``url`` is the Iceberg catalog's SQLAlchemy URL, options ``warehouse`` and ``namespace``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..core.delta import RowDelta
 from ..core.errors import AdapterError
+from .lake import LakeSource
 from .sql import SqlAdapter
 
 __all__ = [
@@ -78,9 +81,14 @@ def _sql_source(spec: SourceSpec) -> DeltaSource:
     return SqlAdapter.connect(spec.url)
 
 
+def _lake_source(spec: SourceSpec) -> DeltaSource:
+    return LakeSource.connect(spec.url, spec.options["warehouse"], spec.options["namespace"])
+
+
 SOURCE_KINDS: dict[str, SourceFactory] = {
     "postgres": _sql_source,
     "mysql": _sql_source,
+    "lake": _lake_source,
 }
 """Every source kind and its factory; declarations accept exactly these kinds."""
 
