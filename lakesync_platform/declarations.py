@@ -14,6 +14,8 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         kind: postgres            # postgres | mysql | sqlite
         url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
         tables: [todos]           # optional; default: every table of the gateway ("*")
+        role: primary             # optional: primary (default; its failure fails the run) or
+                                  # best_effort (retried; a failure is reported, the run goes on)
     sources:                      # stores clients pull from: GET …/pull?source=<name>
       - name: crm                 # identifier, unique per gateway
         kind: postgres            # postgres | mysql (a database holding lakesync_deltas) | lake
@@ -22,12 +24,16 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
                                   # warehouse and namespace, its url is the Iceberg catalog's
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
-destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
-or a value of the wrong type is refused with the file and the path of the value
-(``x.yaml: Object contains unknown field `tabels` - at `$```); the gateway id follows the
-platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Top-level
-``syncRules`` and ``connectors`` are reserved for the sync-rule and connector declarations of
-later releases and rejected for now.
+destination declared twice is an error). Routing: each destination receives the tables it
+lists; a table listed by several destinations fans out to all of them. A gateway with a
+``best_effort`` destination must declare a ``primary`` one: a best-effort destination's lag is
+measured against the primary destinations covering the same table. A file is read into
+msgspec structs, so a misspelt key or a value of the wrong type is refused with the file and
+the path of the value (``x.yaml: Object contains unknown field `tabels` - at `$```); the
+gateway id follows the platform's rule
+(:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Top-level ``syncRules`` and
+``connectors`` are reserved for the sync-rule and connector declarations of later releases and
+rejected for now.
 
 Declared tables are applied to the gateway's config store (:func:`apply_declarations`), which
 stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
@@ -53,6 +59,7 @@ from .core.schema import TableSchema, parse_table_schema
 
 __all__ = [
     "DESTINATION_KINDS",
+    "DESTINATION_ROLES",
     "SOURCE_KINDS",
     "DeclarationError",
     "Declarations",
@@ -66,6 +73,8 @@ __all__ = [
 ]
 
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite")
+DESTINATION_ROLES: Final = ("primary", "best_effort")
+"""``primary``: its failure fails the run; ``best_effort``: retried, its failure is reported."""
 SOURCE_KINDS: Final = ("postgres", "mysql", "lake")
 """The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
 SOURCE_OPTIONS: Final[Mapping[str, tuple[str, ...]]] = {"lake": ("warehouse", "namespace")}
@@ -89,6 +98,12 @@ class DestinationDecl:
     kind: str
     url: str
     tables: tuple[str, ...] | None = None
+    role: str = "primary"
+
+    @property
+    def primary(self) -> bool:
+        """Whether a failure to write this destination fails the run."""
+        return self.role == "primary"
 
     def covers(self, table: str) -> bool:
         """Whether this destination receives ``table`` (``tables`` unset = every table)."""
@@ -153,6 +168,7 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
     kind: str
     url: Annotated[str, msgspec.Meta(min_length=1)]
     tables: list[str] | Literal["*"] | None = "*"
+    role: str = "primary"
 
 
 class _Source(msgspec.Struct, forbid_unknown_fields=True):
@@ -208,15 +224,19 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
         raise _error(
             where, f"{path}.kind", f"destination {name!r} kind must be one of {DESTINATION_KINDS}"
         )
+    if raw.role not in DESTINATION_ROLES:
+        raise _error(
+            where, f"{path}.role", f"destination {name!r} role must be one of {DESTINATION_ROLES}"
+        )
     if raw.tables is None or raw.tables == "*":
-        return DestinationDecl(name, raw.kind, raw.url, None)
+        return DestinationDecl(name, raw.kind, raw.url, None, raw.role)
     tables = []
     for j, table in enumerate(raw.tables):
         try:
             tables.append(check_identifier(table, "table"))
         except SchemaError as exc:
             raise _error(where, f"{path}.tables[{j}]", exc.message) from exc
-    return DestinationDecl(name, raw.kind, raw.url, tuple(tables))
+    return DestinationDecl(name, raw.kind, raw.url, tuple(tables), raw.role)
 
 
 def _source(where: str, i: int, raw: _Source) -> SourceDecl:
@@ -245,6 +265,7 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     tables: dict[str, dict[str, TableSchema]] = {}
     dests: dict[str, dict[str, DestinationDecl]] = {}
     sources: dict[str, dict[str, SourceDecl]] = {}
+    best_effort_at: dict[str, tuple[str, str]] = {}  # gw → (file, path) of its first one
     for where, doc in documents:
         if doc is None:
             continue
@@ -263,6 +284,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest
+            if not dest.primary:
+                best_effort_at.setdefault(gw, (where, f"$.destinations[{i}].role"))
         for i, raw_source in enumerate(parsed.sources or []):
             source = _source(where, i, raw_source)
             if source.name in sources.setdefault(gw, {}):
@@ -270,6 +293,13 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
                     where, f"$.sources[{i}].name", f"source {source.name!r} declared twice"
                 )
             sources[gw][source.name] = source
+    for gw, (where, path) in best_effort_at.items():
+        if not any(d.primary for d in dests[gw].values()):
+            raise _error(
+                where,
+                path,
+                f"gateway {gw!r} declares a best_effort destination but no primary one",
+            )
     gateways = {
         gw: GatewayDecl(gw, tables.get(gw, {}), dests.get(gw, {}), sources.get(gw, {}))
         for gw in sorted(set(tables) | set(dests) | set(sources))

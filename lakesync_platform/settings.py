@@ -161,7 +161,8 @@ class PipelineSettings:
 
     Empty values mean the embedded defaults of :class:`DataLayout`. ``env`` is the environment
     used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
-    available there).
+    available there). A best-effort destination is tried ``best_effort_attempts`` times per
+    table and run, waiting exponentially from ``best_effort_wait_s`` seconds between tries.
     """
 
     data_dir: Path
@@ -173,6 +174,8 @@ class PipelineSettings:
     jar_dir: Path | None = None
     spark_packages: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    best_effort_attempts: int = 3
+    best_effort_wait_s: float = 0.5
 
     @property
     def layout(self) -> DataLayout:

@@ -114,6 +114,16 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
             "source 'c' declared twice",
             "$.sources[1].name",
         ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "role": "backup"}]},
+            "role must be one of",
+            "$.destinations[0].role",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "role": "best_effort"}]},
+            "declares a best_effort destination but no primary one",
+            "$.destinations[0].role",
+        ),
         ({"tabels": []}, "unknown field `tabels`", "$"),
         ({"tables": {"t": {}}}, "Expected `array | null`, got `object`", "$.tables"),
         ({"gateway": "bad gw"}, "Invalid gateway id", "$.gateway"),
@@ -151,6 +161,18 @@ def test_sources_are_declared_per_gateway_with_the_kinds_the_adapters_open() -> 
     crm = g1.sources["crm"]
     assert (crm.kind, crm.url, dict(crm.options)) == ("postgres", "${CRM}", {"k": "v"})
     assert set(SOURCE_KINDS) == set(ADAPTER_SOURCE_KINDS)
+
+
+def test_destinations_route_tables_and_default_to_primary() -> None:
+    doc = {
+        "destinations": [
+            {"name": "wh", "kind": "postgres", "url": "x", "tables": ["a"]},
+            {"name": "bk", "kind": "mysql", "url": "y", "role": "best_effort"},
+        ]
+    }
+    dests = parse_declarations([("r.yaml", doc)]).gateway("default").destinations
+    assert dests["wh"].primary and dests["wh"].covers("a") and not dests["wh"].covers("b")
+    assert not dests["bk"].primary and dests["bk"].covers("b")
 
 
 def test_env_expansion() -> None:

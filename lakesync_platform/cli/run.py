@@ -144,8 +144,11 @@ def run(stage: str, gw: str | None, data_dir: Path, defs_dir: Path, wal_url: str
                 for state_result in run_state(ctx, g):
                     click.echo(repr(state_result))
             else:
-                for mat_result in run_materialise(ctx, g):
+                mat = run_materialise(ctx, g)
+                for _, mat_result in mat.results:
                     click.echo(repr(mat_result))
+                for failure in mat.failures:
+                    click.echo(f"best-effort destination failed: {failure}", err=True)
     except LakeSyncError as exc:
         raise click.ClickException(f"{stage} failed: {exc.message}") from exc
     finally:
