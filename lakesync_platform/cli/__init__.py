@@ -7,7 +7,8 @@ directory), and passes them down as settings objects:
 * ``gateway`` — serve the sync gateway (:mod:`.gateway`);
 * ``token`` — mint a token (:mod:`.token`); ``status`` — WAL counters (:mod:`.status`);
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
-  for development, supervised by :mod:`.dev` (:mod:`.run`).
+  for development, supervised by :mod:`.dev` (:mod:`.run`);
+* ``migrate`` — copy a destination's tables into another one (:mod:`.migrate`).
 
 A missing data directory or WAL, an unknown gateway or a taken port stops a command with exit
 status 2 and one line, before anything is created (:mod:`.checks`).
@@ -19,6 +20,7 @@ import click
 
 from . import run
 from .gateway import gateway
+from .migrate import migrate
 from .status import status
 from .token import token
 
@@ -34,4 +36,5 @@ def main() -> None:
 main.add_command(gateway)
 main.add_command(token)
 main.add_command(status)
+main.add_command(migrate)
 run.register(main)
