@@ -161,3 +161,34 @@ def test_a_failing_primary_fails_the_run(
     run_state(ctx, gw)
     with pytest.raises(AdapterError):
         run_materialise(ctx, gw)
+
+
+def test_destination_assets_carry_their_role_and_best_effort_ones_a_lag_check(
+    lake_dir: Path, wal_url: str, wal: WriteAheadLog, gw: str, tmp_path: Path
+) -> None:
+    import dagster as dg
+
+    from assets.definitions import build_definitions
+    from assets.gateway_assets import ROLE_TAG
+
+    defs_dir = tmp_path / "defs"
+    defs_dir.mkdir()
+    (defs_dir / "d.yaml").write_text(
+        f"gateway: {gw}\n"
+        "tables: [{table: todos, columns: [{name: title, type: string}]}]\n"
+        "destinations:\n"
+        f"  - {{name: main, kind: sqlite, url: 'sqlite:///{tmp_path}/m.db'}}\n"
+        f"  - {{name: copy, kind: sqlite, url: 'sqlite:///{tmp_path}/c.db', role: best_effort}}\n"
+    )
+    env = {
+        "LAKESYNC_DATA_DIR": str(lake_dir),
+        "LAKESYNC_WAL_URL": wal_url,
+        "LAKESYNC_DEFS_DIR": str(defs_dir),
+    }
+    graph = build_definitions(env).get_repository_def().asset_graph
+    main, copy = dg.AssetKey([gw, "main", "todos"]), dg.AssetKey([gw, "copy", "todos"])
+    assert graph.get(main).tags[ROLE_TAG] == "primary"
+    assert graph.get(copy).tags[ROLE_TAG] == "best_effort"
+    checks = {(k.asset_key, k.name) for k in graph.asset_check_keys}
+    assert (copy, "lag_behind_primary") in checks and (main, "lag_behind_primary") not in checks
+    assert {(main, "matches_state"), (copy, "matches_state")} <= checks
