@@ -201,7 +201,7 @@ def build_gateway_defs(
                     f"{f.attempts} attempts: {f.error}"
                 )
             if run.lag:
-                context.instance.add_run_tags(context.run_id, _lag_tags(run))
+                context.instance.add_run_tags(context.run.run_id, _lag_tags(run))
 
         assets.append(materialise)
 
@@ -221,6 +221,41 @@ _BEST_EFFORT_NOTE = (
     " Best effort: retried, a failure does not fail the run; its lag behind the primary "
     "destination is checked."
 )
+
+
+def _destination_checks(
+    gw: str,
+    dest_name: str,
+    dest_keys: Mapping[tuple[str, str], dg.AssetKey],
+    best_effort: bool,
+) -> dg.AssetChecksDefinition:
+    """``matches_state`` for each table of one destination, and ``lag_behind_primary`` for a
+    best-effort one (whose shortfall warns: it never fails the run)."""
+    keys = {t: k for (d, t), k in dest_keys.items() if d == dest_name}
+    names = ["matches_state", *(["lag_behind_primary"] if best_effort else [])]
+    specs = [dg.AssetCheckSpec(n, asset=key) for key in keys.values() for n in names]
+    severity = dg.AssetCheckSeverity.WARN if best_effort else _ERROR
+
+    @dg.multi_asset_check(
+        name=f"{_key_part(gw)}__{dest_name}__checks", specs=specs, can_subset=True
+    )
+    def destination_checks(
+        context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
+    ) -> Iterator[dg.AssetCheckResult]:
+        selected = set(context.selected_asset_check_keys)
+        for table, key in keys.items():
+            if dg.AssetCheckKey(key, "matches_state") in selected:
+                outcome = check_destination_matches_state(lakesync.context(), gw, dest_name, table)
+                yield _check_result(
+                    outcome, asset_key=key, check_name="matches_state", severity=severity
+                )
+            if dg.AssetCheckKey(key, "lag_behind_primary") in selected:
+                outcome = check_destination_lag(lakesync.context(), gw, dest_name, table)
+                yield _check_result(
+                    outcome, asset_key=key, check_name="lag_behind_primary", severity=severity
+                )
+
+    return destination_checks
 
 
 def _lag_value(lag: int | None) -> int | str:
@@ -286,33 +321,8 @@ def _build_checks(
                 yield _check_result(outcome, asset_key=key, check_name="matches_log_replay")
 
         checks.append(state_checks)
-    if dest_keys:
-        dspecs = [dg.AssetCheckSpec("matches_state", asset=key) for key in dest_keys.values()]
-        lagging = {dt: k for dt, k in dest_keys.items() if dt[0] in best_effort}
-        dspecs += [dg.AssetCheckSpec("lag_behind_primary", asset=key) for key in lagging.values()]
-
-        @dg.multi_asset_check(name=f"{part}__destination_checks", specs=dspecs, can_subset=True)
-        def destination_checks(
-            context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
-        ) -> Iterator[dg.AssetCheckResult]:
-            selected = set(context.selected_asset_check_keys)
-            for (dest, table), key in dest_keys.items():
-                # A best-effort destination's shortfall warns; it never fails the run.
-                severity = (
-                    dg.AssetCheckSeverity.WARN
-                    if dest in best_effort
-                    else dg.AssetCheckSeverity.ERROR
-                )
-                if dg.AssetCheckKey(key, "matches_state") in selected:
-                    outcome = check_destination_matches_state(lakesync.context(), gw, dest, table)
-                    yield _check_result(
-                        outcome, asset_key=key, check_name="matches_state", severity=severity
-                    )
-                if dg.AssetCheckKey(key, "lag_behind_primary") in selected:
-                    outcome = check_destination_lag(lakesync.context(), gw, dest, table)
-                    yield _check_result(
-                        outcome, asset_key=key, check_name="lag_behind_primary", severity=severity
-                    )
-
-        checks.append(destination_checks)
+    # One check op per destination: a best-effort destination skipped in a run (it was down)
+    # skips its own checks only.
+    for dest_name in sorted({d for d, _ in dest_keys}):
+        checks.append(_destination_checks(gw, dest_name, dest_keys, dest_name in best_effort))
     return checks

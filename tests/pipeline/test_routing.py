@@ -192,3 +192,56 @@ def test_destination_assets_carry_their_role_and_best_effort_ones_a_lag_check(
     checks = {(k.asset_key, k.name) for k in graph.asset_check_keys}
     assert (copy, "lag_behind_primary") in checks and (main, "lag_behind_primary") not in checks
     assert {(main, "matches_state"), (copy, "matches_state")} <= checks
+
+
+def test_the_sync_job_succeeds_with_a_best_effort_destination_down(
+    lake_dir: Path,
+    wal_url: str,
+    wal: WriteAheadLog,
+    gw: str,
+    pusher: Pusher,
+    spark: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dagster as dg
+
+    from assets.definitions import build_definitions
+    from resources.sync_runs import sync_job_name
+
+    defs_dir = tmp_path / "defs"
+    defs_dir.mkdir()
+    (defs_dir / "d.yaml").write_text(
+        f"gateway: {gw}\n"
+        "tables: [{table: todos, columns: [{name: title, type: string}]}]\n"
+        "destinations:\n"
+        f"  - {{name: main, kind: sqlite, url: 'sqlite:///{tmp_path}/m.db'}}\n"
+        "  - {name: copy, kind: postgres, role: best_effort,\n"
+        f"     url: 'postgresql+psycopg://postgres@127.0.0.1:{UNREACHABLE}/x'}}\n"
+    )
+    env = {
+        "LAKESYNC_DATA_DIR": str(lake_dir),
+        "LAKESYNC_WAL_URL": wal_url,
+        "LAKESYNC_DEFS_DIR": str(defs_dir),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    pusher.write("a", "t1", title="one")
+    defs = build_definitions(env)
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(instance=instance)
+    assert result.success
+    done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert f"{gw}/main/todos" in done and f"{gw}/copy/todos" not in done
+    run = instance.get_run_by_id(result.run_id)
+    assert run is not None
+    assert run.tags["lakesync/lag.copy.todos"] == "unknown"
+    assert "Connection refused" in run.tags["lakesync/failed.copy.todos"]
+    checks = {(c.asset_key.path[1], c.check_name): c for c in result.get_asset_check_evaluations()}
+    # The copy's checks are skipped with it; the primary's run and pass.
+    assert sorted(checks) == [
+        ("lakesync_deltas", "exactly_once"),
+        ("main", "matches_state"),
+        ("state", "matches_log_replay"),
+    ]
+    assert all(c.passed for c in checks.values())
