@@ -228,12 +228,12 @@ def test_the_sync_job_succeeds_with_a_best_effort_destination_down(
         monkeypatch.setenv(key, value)
     pusher.write("a", "t1", title="one")
     defs = build_definitions(env)
-    instance = dg.DagsterInstance.ephemeral()
-    result = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(instance=instance)
+    with dg.instance_for_test() as instance:
+        result = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(instance=instance)
+        run = instance.get_run_by_id(result.run_id)
     assert result.success
     done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert f"{gw}/main/todos" in done and f"{gw}/copy/todos" not in done
-    run = instance.get_run_by_id(result.run_id)
     assert run is not None
     assert run.tags["lakesync/lag.copy.todos"] == "unknown"
     assert "Connection refused" in run.tags["lakesync/failed.copy.todos"]
