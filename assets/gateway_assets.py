@@ -27,6 +27,8 @@ from lakesync_platform.declarations import DestinationDecl
 from lakesync_platform.pipeline.context import CheckOutcome
 from lakesync_platform.pipeline.flush import check_log_exactly_once, run_flush
 from lakesync_platform.pipeline.materialise import (
+    MaterialiseRun,
+    check_destination_lag,
     check_destination_matches_state,
     run_materialise,
 )
@@ -34,10 +36,12 @@ from lakesync_platform.pipeline.state import check_state_matches_log, run_state
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-__all__ = ["LAYER_TAG", "build_gateway_defs"]
+__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs"]
 
 LAYER_TAG = "lakesync/layer"
 """Asset tag naming where an asset's data lives: ``lake`` (Iceberg) or ``destination``."""
+ROLE_TAG = "lakesync/role"
+"""Asset tag of a destination table: ``primary`` or ``best_effort``."""
 
 
 def _key_part(gw: str) -> str:
@@ -156,11 +160,14 @@ def build_gateway_defs(
                     deps=[state_keys[t]],
                     group_name=part,
                     kinds={destinations[d].kind},
-                    tags={LAYER_TAG: "destination"},
+                    tags={LAYER_TAG: "destination", ROLE_TAG: destinations[d].role},
                     description=(
                         f"{t!r} in destination {d!r} ({destinations[d].kind}), materialised "
                         f"from the lake's state table of gateway {gw!r}."
+                        + ("" if destinations[d].primary else _BEST_EFFORT_NOTE)
                     ),
+                    # A best-effort destination that stays down yields nothing; the run goes on.
+                    skippable=not destinations[d].primary,
                 )
                 for (d, t), key in dest_keys.items()
             ],
@@ -172,25 +179,34 @@ def build_gateway_defs(
             ctx = lakesync.context()
             selected = [dt for dt, k in dest_keys.items() if k in context.selected_asset_keys]
             everything = len(selected) == len(dest_keys)
-            for d in sorted({d for d, _ in selected}):
-                chosen = None if everything else [t for dd, t in selected if dd == d]
-                for r in run_materialise(ctx, gw, [d], chosen):
-                    if (d, r.table) not in dest_keys:
-                        context.log.info(f"materialised runtime-registered table: {r}")
-                        continue
-                    yield dg.MaterializeResult(
-                        asset_key=dest_keys[(d, r.table)],
-                        metadata={
-                            "upserted": r.upserted,
-                            "deleted": r.deleted,
-                            "state_range": f"{r.from_cursor}..{r.to_cursor}",
-                            "seconds": round(r.seconds, 3),
-                        },
-                    )
+            names = sorted({d for d, _ in selected})
+            chosen = None if everything else sorted({t for _, t in selected})
+            run = run_materialise(ctx, gw, names, chosen)
+            for d, r in run.results:
+                if (d, r.table) not in dest_keys:
+                    context.log.info(f"materialised runtime-registered table: {r}")
+                    continue
+                metadata: dict[str, object] = {
+                    "upserted": r.upserted,
+                    "deleted": r.deleted,
+                    "state_range": f"{r.from_cursor}..{r.to_cursor}",
+                    "seconds": round(r.seconds, 3),
+                }
+                if (d, r.table) in run.lag:
+                    metadata["lag"] = _lag_value(run.lag[(d, r.table)])
+                yield dg.MaterializeResult(asset_key=dest_keys[(d, r.table)], metadata=metadata)
+            for f in run.failures:
+                context.log.warning(
+                    f"best-effort destination {f.destination!r} failed for {f.table!r} after "
+                    f"{f.attempts} attempts: {f.error}"
+                )
+            if run.lag:
+                context.instance.add_run_tags(context.run.run_id, _lag_tags(run))
 
         assets.append(materialise)
 
-    checks = _build_checks(gw, deltas_key, state_keys, dest_keys)
+    best_effort = frozenset(d for d, dest in destinations.items() if not dest.primary)
+    checks = _build_checks(gw, deltas_key, state_keys, dest_keys, best_effort)
     job = dg.define_asset_job(
         sync_job_name(gw),
         selection=dg.AssetSelection.groups(part),
@@ -200,13 +216,75 @@ def build_gateway_defs(
     return dg.Definitions(assets=assets, asset_checks=checks, jobs=[job])
 
 
-def _check_result(outcome: CheckOutcome, **target: str | dg.AssetKey) -> dg.AssetCheckResult:
+_ERROR = dg.AssetCheckSeverity.ERROR
+_BEST_EFFORT_NOTE = (
+    " Best effort: retried, a failure does not fail the run; its lag behind the primary "
+    "destination is checked."
+)
+
+
+def _destination_checks(
+    gw: str,
+    dest_name: str,
+    dest_keys: Mapping[tuple[str, str], dg.AssetKey],
+    best_effort: bool,
+) -> dg.AssetChecksDefinition:
+    """``matches_state`` for each table of one destination, and ``lag_behind_primary`` for a
+    best-effort one (whose shortfall warns: it never fails the run)."""
+    keys = {t: k for (d, t), k in dest_keys.items() if d == dest_name}
+    names = ["matches_state", *(["lag_behind_primary"] if best_effort else [])]
+    specs = [dg.AssetCheckSpec(n, asset=key) for key in keys.values() for n in names]
+    severity = dg.AssetCheckSeverity.WARN if best_effort else _ERROR
+
+    @dg.multi_asset_check(
+        name=f"{_key_part(gw)}__{dest_name}__checks", specs=specs, can_subset=True
+    )
+    def destination_checks(
+        context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
+    ) -> Iterator[dg.AssetCheckResult]:
+        selected = set(context.selected_asset_check_keys)
+        for table, key in keys.items():
+            if dg.AssetCheckKey(key, "matches_state") in selected:
+                outcome = check_destination_matches_state(lakesync.context(), gw, dest_name, table)
+                yield _check_result(
+                    outcome, asset_key=key, check_name="matches_state", severity=severity
+                )
+            if dg.AssetCheckKey(key, "lag_behind_primary") in selected:
+                outcome = check_destination_lag(lakesync.context(), gw, dest_name, table)
+                yield _check_result(
+                    outcome, asset_key=key, check_name="lag_behind_primary", severity=severity
+                )
+
+    return destination_checks
+
+
+def _lag_value(lag: int | None) -> int | str:
+    return "unknown" if lag is None else lag
+
+
+def _lag_tags(run: MaterialiseRun) -> dict[str, str]:
+    """Run tags: each best-effort destination table's lag (state cursors behind the primary)
+    and the ones that failed, e.g. ``lakesync/lag.backup.todos = 3``."""
+    out = {f"lakesync/lag.{d}.{t}": str(_lag_value(lag)) for (d, t), lag in run.lag.items()}
+    out.update({f"lakesync/failed.{f.destination}.{f.table}": f.error[:200] for f in run.failures})
+    return out
+
+
+def _check_result(
+    outcome: CheckOutcome,
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
+    **target: str | dg.AssetKey,
+) -> dg.AssetCheckResult:
     metadata = {
         k: ", ".join(map(str, v)) if isinstance(v, list | tuple) else v
         for k, v in outcome.metadata.items()
     }
     return dg.AssetCheckResult(
-        passed=outcome.passed, description=outcome.description, metadata=metadata, **target
+        passed=outcome.passed,
+        description=outcome.description,
+        metadata=metadata,
+        severity=severity,
+        **target,
     )
 
 
@@ -215,6 +293,7 @@ def _build_checks(
     deltas_key: dg.AssetKey,
     state_keys: Mapping[str, dg.AssetKey],
     dest_keys: Mapping[tuple[str, str], dg.AssetKey],
+    best_effort: frozenset[str] = frozenset(),
 ) -> list[dg.AssetChecksDefinition]:
     part = _key_part(gw)
 
@@ -242,19 +321,8 @@ def _build_checks(
                 yield _check_result(outcome, asset_key=key, check_name="matches_log_replay")
 
         checks.append(state_checks)
-    if dest_keys:
-        dspecs = [dg.AssetCheckSpec("matches_state", asset=key) for key in dest_keys.values()]
-
-        @dg.multi_asset_check(name=f"{part}__destination_checks", specs=dspecs, can_subset=True)
-        def destination_checks(
-            context: dg.AssetCheckExecutionContext, lakesync: LakeSyncResource
-        ) -> Iterator[dg.AssetCheckResult]:
-            selected = {k.asset_key for k in context.selected_asset_check_keys}
-            for (dest, table), key in dest_keys.items():
-                if key not in selected:
-                    continue
-                outcome = check_destination_matches_state(lakesync.context(), gw, dest, table)
-                yield _check_result(outcome, asset_key=key, check_name="matches_state")
-
-        checks.append(destination_checks)
+    # One check op per destination: a best-effort destination skipped in a run (it was down)
+    # skips its own checks only.
+    for dest_name in sorted({d for d, _ in dest_keys}):
+        checks.append(_destination_checks(gw, dest_name, dest_keys, dest_name in best_effort))
     return checks

@@ -35,6 +35,7 @@ from .metrics import Metrics
 from .middleware import ProtocolHeadersMiddleware
 from .openapi import openapi_config
 from .ratelimit import CallerRateLimit
+from .sources import DeclaredSources
 from .state import GatewayServices, GatewayState, Offload
 
 __all__ = ["create_app"]
@@ -59,6 +60,7 @@ def create_app(
     slot = ServicesSlot()
 
     def startup(app: Litestar) -> None:
+        sources = DeclaredSources.open(settings)
         metrics = Metrics(metrics_dir)
         store = wal or WriteAheadLog.open(
             settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
@@ -87,6 +89,7 @@ def create_app(
             metrics=metrics,
             offload=Offload(settings.request_timeout_s),
             realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
+            sources=sources,
         )
         slot.services.realtime.serve_actions(slot.services.actions, slot.services.offload)
         app.state.gateway = GatewayState(
@@ -106,6 +109,7 @@ def create_app(
             state.services.sync.close()
             state.services.actions.close()
             state.handlers.close()
+            state.services.sources.close()
             if wal is None:
                 state.wal.close()
 

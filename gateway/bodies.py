@@ -25,6 +25,7 @@ from lakesync_platform.core.schema import CARDINALITIES, COLUMN_TYPES
 from lakesync_platform.core.sync_rules import FILTER_OPS
 from lakesync_platform.core.wire import MAX_DELTAS_PER_PUSH, MAX_ID_LENGTH, WireDelta
 from lakesync_platform.sync.delivery import PulledDelta, StampedInsert
+from lakesync_platform.sync.source_pull import MAX_SOURCE_CURSOR
 
 __all__ = [
     "ACTION_RESULT_SCHEMA",
@@ -70,6 +71,14 @@ HLC_PATTERN = _decimal_at_most(MAX_HLC)
 """An HLC on the wire: a decimal string of 1 to 20 digits, at most ``2**64 - 1``."""
 
 Hlc = Annotated[str, Meta(pattern=HLC_PATTERN, description="64-bit HLC as a decimal string")]
+Cursor = Annotated[
+    str,
+    Meta(
+        pattern=_decimal_at_most(MAX_SOURCE_CURSOR),
+        description="A pull cursor as a decimal string: at most 2^64 - 1, or a source pull's"
+        " (up to 2^128 + 2^118 - 1)",
+    ),
+]
 Identifier = Annotated[
     str, Meta(pattern=f"^{IDENTIFIER_RE.pattern}$", description="a safe SQL identifier")
 ]
@@ -255,7 +264,7 @@ class PullPageBody(msgspec.Struct, rename="camel"):
     """One pull page (encoded as :class:`PullResponse`)."""
 
     deltas: list[PulledDeltaBody]
-    server_hlc: Hlc
+    server_hlc: Cursor
     has_more: bool
 
 

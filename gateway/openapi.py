@@ -108,7 +108,8 @@ PULL_QUERY = (
     ),
     _query(
         "source",
-        "A source adapter to pull from: none is configured, so any non-empty value is 404",
+        "A declared source to pull from (404 SOURCE_NOT_FOUND for an unknown one); its cursors"
+        " (serverHlc, then since) are wider than an HLC: up to 2^128 + 2^118 - 1",
         Schema(type=OpenAPIType.STRING),
     ),
 )

@@ -22,6 +22,7 @@ from lakesync_platform.wal.store import WriteAheadLog
 from .handlers import ActionHandlers
 from .metrics import Metrics
 from .ratelimit import CallerRateLimit
+from .sources import DeclaredSources
 
 __all__ = ["GatewayServices", "GatewayState", "Offload", "gateway_state"]
 
@@ -56,9 +57,9 @@ class GatewayServices:
     """What route handlers receive (the ``services`` dependency); none of it is the store.
 
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
-    requests; ``actions`` action dispatch and discovery; ``offload`` runs their blocking calls
-    on a worker thread; ``realtime`` holds the WebSocket sessions and feeds them after every
-    commit.
+    requests; ``actions`` action dispatch and discovery; ``sources`` the declared sources pulls
+    may name; ``offload`` runs their blocking calls on a worker thread; ``realtime`` holds the
+    WebSocket sessions and feeds them after every commit.
     """
 
     sync: SyncService
@@ -67,6 +68,7 @@ class GatewayServices:
     metrics: Metrics
     offload: Offload
     realtime: RealtimeService
+    sources: DeclaredSources
 
 
 @dataclass

@@ -14,6 +14,8 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         kind: postgres            # postgres | mysql | sqlite | bigquery
         url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
         tables: [todos]           # optional; default: every table of the gateway ("*")
+        role: primary             # optional: primary (default; its failure fails the run) or
+                                  # best_effort (retried; a failure is reported, the run goes on)
       - name: analytics
         kind: bigquery            # credentials: Application Default Credentials
         project: ${GOOGLE_CLOUD_PROJECT}
@@ -41,6 +43,12 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
             statement: UPDATE todos SET completed = TRUE WHERE row_id = :row_id
             params:
               row_id: {type: string}
+    sources:                      # stores clients pull from: GET …/pull?source=<name>
+      - name: crm                 # identifier, unique per gateway
+        kind: postgres            # postgres | mysql | bigquery (holding lakesync_deltas) | lake
+        url: postgresql+psycopg://app@db:5432/crm         # ${VAR} is read from the environment
+        options: {}               # the kind's own settings (strings; ${VAR} too): lake needs
+                                  # warehouse and namespace, its url is the Iceberg catalog's
     syncRules:                    # the gateway's sync rules, exactly the admin route's body
       buckets:
         - {name: mine, tables: [todos], filters: [{column: owner, op: eq, value: "jwt:sub"}]}
@@ -54,11 +62,15 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
             - {table: items, rowIdColumn: id, strategy: {type: cursor, cursorColumn: updated_at}}
 
 Several files may declare the same gateway; their tables and destinations add up (a table or
-destination declared twice is an error). A file is read into msgspec structs, so a misspelt key
-or a value of the wrong type is refused with the file and the path of the value
-(``x.yaml: Object contains unknown field `tabels` - at `$```); the gateway id follows the
-platform's rule (:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Sync rules
-and connectors are checked by the admin routes' own parsers
+destination declared twice is an error). Routing: each destination receives the tables it
+lists; a table listed by several destinations fans out to all of them. A gateway with a
+``best_effort`` destination must declare a ``primary`` one: a best-effort destination's lag is
+measured against the primary destinations covering the same table. A file is read into
+msgspec structs, so a misspelt key or a value of the wrong type is refused with the file and
+the path of the value (``x.yaml: Object contains unknown field `tabels` - at `$```); the
+gateway id follows the platform's rule
+(:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Sync rules and connectors
+are checked by the admin routes' own parsers
 (:func:`~lakesync_platform.core.sync_rules.parse_sync_rules`,
 :func:`~lakesync_platform.core.connectors.parse_connector_config`), their messages prefixed
 with the file and the path (``x.yaml: … - at `$.connectors[0].ingest.tables[0]```). A
@@ -99,12 +111,15 @@ from .core.sync_rules import SyncRules, parse_sync_rules
 __all__ = [
     "ACTION_KINDS",
     "DESTINATION_KINDS",
+    "DESTINATION_ROLES",
+    "SOURCE_KINDS",
     "ActionConnectorDecl",
     "ActionTypeDecl",
     "DeclarationError",
     "Declarations",
     "DestinationDecl",
     "GatewayDecl",
+    "SourceDecl",
     "apply_declarations",
     "expand_env",
     "load_declarations",
@@ -114,6 +129,12 @@ __all__ = [
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
 _BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
 ACTION_KINDS: Final = ("webhook", "sql")
+DESTINATION_ROLES: Final = ("primary", "best_effort")
+"""``primary``: its failure fails the run; ``best_effort``: retried, its failure is reported."""
+SOURCE_KINDS: Final = ("postgres", "mysql", "lake", "bigquery")
+"""The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
+SOURCE_OPTIONS: Final[Mapping[str, tuple[str, ...]]] = {"lake": ("warehouse", "namespace")}
+"""The options each source kind requires."""
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEFAULT_GATEWAY: Final = "default"
 
@@ -137,6 +158,12 @@ class DestinationDecl:
     dataset: str | None = None
     location: str | None = None
     endpoint: str | None = None
+    role: str = "primary"
+
+    @property
+    def primary(self) -> bool:
+        """Whether a failure to write this destination fails the run."""
+        return self.role == "primary"
 
     def covers(self, table: str) -> bool:
         """Whether this destination receives ``table`` (``tables`` unset = every table)."""
@@ -178,6 +205,16 @@ class ActionConnectorDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class SourceDecl:
+    """A source clients pull from (``pull?source=NAME``): ``url`` may hold ``${VAR}``."""
+
+    name: str
+    kind: str
+    url: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayDecl:
     """Everything declared for one gateway id."""
 
@@ -187,6 +224,7 @@ class GatewayDecl:
     actions: Mapping[str, ActionConnectorDecl] = field(default_factory=dict)
     sync_rules: SyncRules | None = None
     connectors: Mapping[str, ConnectorConfig] = field(default_factory=dict)
+    sources: Mapping[str, SourceDecl] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +280,8 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
     location: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     endpoint: Annotated[str, msgspec.Meta(min_length=1)] | None = None
 
+    role: str = "primary"
+
 
 class _Param(msgspec.Struct, forbid_unknown_fields=True):
     """An action parameter as written."""
@@ -272,6 +312,15 @@ class _ActionConnector(msgspec.Struct, forbid_unknown_fields=True, rename="camel
     retries: Annotated[int, msgspec.Meta(ge=0)] = 2
 
 
+class _Source(msgspec.Struct, forbid_unknown_fields=True):
+    """A source as written; name and kind are checked after conversion."""
+
+    name: str
+    kind: str
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    options: dict[str, str] | None = None
+
+
 class _Document(msgspec.Struct, forbid_unknown_fields=True):
     """One declaration file as written. Tables stay raw: :func:`parse_table_schema` checks them
     with the admin route's messages."""
@@ -282,6 +331,7 @@ class _Document(msgspec.Struct, forbid_unknown_fields=True):
     actions: list[_ActionConnector] | None = None
     sync_rules: Any = msgspec.field(default=None, name="syncRules")
     connectors: list[Any] | None = None
+    sources: list[_Source] | None = None
 
 
 def _error(where: str, path: str, message: str) -> DeclarationError:
@@ -346,6 +396,10 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
                 raise _error(
                     where, f"{path}.{key}", f"{key!r} applies to kind bigquery, not {raw.kind}"
                 )
+    if raw.role not in DESTINATION_ROLES:
+        raise _error(
+            where, f"{path}.role", f"destination {name!r} role must be one of {DESTINATION_ROLES}"
+        )
     tables: list[str] | None = None
     if raw.tables is not None and raw.tables != "*":
         tables = []
@@ -363,6 +417,7 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
         dataset=raw.dataset,
         location=raw.location,
         endpoint=raw.endpoint,
+        role=raw.role,
     )
 
 
@@ -447,6 +502,23 @@ def _action_connector(where: str, i: int, raw: _ActionConnector) -> ActionConnec
     )
 
 
+def _source(where: str, i: int, raw: _Source) -> SourceDecl:
+    path = f"$.sources[{i}]"
+    try:
+        name = check_identifier(raw.name, "source")
+    except SchemaError as exc:
+        raise _error(where, f"{path}.name", exc.message) from exc
+    if raw.kind not in SOURCE_KINDS:
+        raise _error(where, f"{path}.kind", f"source {name!r} kind must be one of {SOURCE_KINDS}")
+    options = dict(raw.options or {})
+    missing = [o for o in SOURCE_OPTIONS.get(raw.kind, ()) if not options.get(o)]
+    if missing:
+        raise _error(
+            where, f"{path}.options", f"source {name!r} of kind {raw.kind} needs options {missing}"
+        )
+    return SourceDecl(name, raw.kind, raw.url, options)
+
+
 def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     """Build :class:`Declarations` from parsed YAML documents ``(source name, document)``.
 
@@ -458,6 +530,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     actions: dict[str, dict[str, tuple[str, ActionConnectorDecl]]] = {}
     rules: dict[str, SyncRules] = {}
     connectors: dict[str, dict[str, ConnectorConfig]] = {}
+    sources: dict[str, dict[str, SourceDecl]] = {}
+    best_effort_at: dict[str, tuple[str, str]] = {}  # gw → (file, path) of its first one
     for where, doc in documents:
         if doc is None:
             continue
@@ -476,6 +550,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest
+            if not dest.primary:
+                best_effort_at.setdefault(gw, (where, f"$.destinations[{i}].role"))
         for i, raw_action in enumerate(parsed.actions or []):
             action = _action_connector(where, i, raw_action)
             if action.connector in actions.setdefault(gw, {}):
@@ -490,6 +566,13 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if conn.name in connectors.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: connector {conn.name!r} declared twice")
             connectors[gw][conn.name] = conn
+        for i, raw_source in enumerate(parsed.sources or []):
+            source = _source(where, i, raw_source)
+            if source.name in sources.setdefault(gw, {}):
+                raise _error(
+                    where, f"$.sources[{i}].name", f"source {source.name!r} declared twice"
+                )
+            sources[gw][source.name] = source
     for gw, declared in actions.items():
         for where, action in declared.values():
             if action.destination is not None and action.destination not in dests.get(gw, {}):
@@ -497,6 +580,13 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
                     f"{where}: connector {action.connector!r} uses destination"
                     f" {action.destination!r}, which is not declared for {gw!r}"
                 )
+    for gw, (where, path) in best_effort_at.items():
+        if not any(d.primary for d in dests[gw].values()):
+            raise _error(
+                where,
+                path,
+                f"gateway {gw!r} declares a best_effort destination but no primary one",
+            )
     gateways = {
         gw: GatewayDecl(
             gw,
@@ -505,8 +595,11 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             {name: action for name, (_, action) in actions.get(gw, {}).items()},
             rules.get(gw),
             connectors.get(gw, {}),
+            sources.get(gw, {}),
         )
-        for gw in sorted(set(tables) | set(dests) | set(actions) | set(rules) | set(connectors))
+        for gw in sorted(
+            set(tables) | set(dests) | set(actions) | set(rules) | set(connectors) | set(sources)
+        )
     }
     return Declarations(gateways)
 

@@ -187,8 +187,9 @@ class GatewaySettings:
     development only). ``rate_limit`` requests per ``rate_window_s`` seconds per caller, when
     set.
 
-    ``defs_dir`` holds the declarations whose action connectors the gateway serves (``${VAR}``
-    in them is read from ``env``). An action request waits ``action_timeout_s`` for its
+    ``defs_dir`` holds the declarations whose action connectors the gateway serves and whose
+    ``sources`` clients may pull from (``pull?source=NAME``); ``${VAR}`` in them is read from
+    ``env``. An action request waits ``action_timeout_s`` for its
     handler; a claim older than ``action_lease_s`` (longer than the timeout) is taken over;
     results are kept ``action_retention_s``.
 
@@ -263,7 +264,9 @@ class PipelineSettings:
     ``file://`` or ``s3://`` URI, reached with ``object_store``. ``env`` is the environment
     used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
     available there). ``lock_timeout_s`` bounds a stage's wait for the lake's lock
-    (:mod:`lakesync_platform.pipeline.lock`).
+    (:mod:`lakesync_platform.pipeline.lock`). A best-effort destination is tried
+    ``best_effort_attempts`` times per table and run, waiting exponentially from
+    ``best_effort_wait_s`` seconds between tries.
     """
 
     data_dir: Path
@@ -277,6 +280,8 @@ class PipelineSettings:
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_SECONDS
     env: Mapping[str, str] = field(default_factory=dict)
+    best_effort_attempts: int = 3
+    best_effort_wait_s: float = 0.5
 
     @property
     def layout(self) -> DataLayout:

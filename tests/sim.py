@@ -49,7 +49,7 @@ class Gateway(Protocol):
     def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int: ...
 
     def pull(
-        self, client_id: str, since: int, limit: int, stamped: bool
+        self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
     ) -> tuple[list[dict[str, Any]], int, bool]: ...
 
 
@@ -206,8 +206,10 @@ class TsLikeClient:
         self.queue = [e for e in self.queue if e.id not in ids]
         self.cursor = server
 
-    def pull(self) -> None:
-        deltas, server, _has_more = self.gateway.pull(self.client_id, self.cursor, 1000, False)
+    def pull(self, source: str | None = None) -> None:
+        deltas, server, _has_more = self.gateway.pull(
+            self.client_id, self.cursor, 1000, False, source
+        )
         if not deltas:
             return
         if self._apply([delta_from_wire(d) for d in deltas]):
@@ -217,6 +219,10 @@ class TsLikeClient:
         """``engine.handleBroadcast``: apply; the cursor becomes the larger of the two."""
         if self._apply(deltas):
             self.cursor = max(self.cursor, server_hlc)
+
+    def pull_from(self, source: str) -> None:
+        """The engine's ``pullFrom(source)``: a pull with ``source`` set, on the same cursor."""
+        self.pull(source)
 
     def sync_once(self) -> None:
         """PullFirstStrategy: pull, then push (no checkpoint: the gateway answers 404)."""

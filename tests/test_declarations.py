@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from lakesync_platform.adapters.source import SOURCE_KINDS as ADAPTER_SOURCE_KINDS
 from lakesync_platform.declarations import (
+    SOURCE_KINDS,
     DeclarationError,
     apply_declarations,
     expand_env,
@@ -170,6 +172,37 @@ def test_files_add_up_and_default_to_every_table(tmp_path: Path) -> None:
             {"actions": [{"connector": "h", "kind": "webhook", "url": "x", "types": {"a b": {}}}]},
             "Invalid SQL identifier",
             "$.actions[0].types.a b",
+        ),
+        (
+            {"sources": [{"name": "crm", "kind": "oracle", "url": "x"}]},
+            "source 'crm' kind must be one of",
+            "$.sources[0].kind",
+        ),
+        ({"sources": [{"name": "crm", "kind": "postgres"}]}, "`url`", "$.sources[0]"),
+        (
+            {"sources": [{"name": "c-1", "kind": "postgres", "url": "x"}]},
+            "Source names must match",
+            "$.sources[0].name",
+        ),
+        (
+            {"sources": [{"name": "c", "kind": "mysql", "url": "x", "options": {"a": 1}}]},
+            "Expected `str`, got `int`",
+            "$.sources[0].options[...]",
+        ),
+        (
+            {"sources": [{"name": "c", "kind": "mysql", "url": "x"}] * 2},
+            "source 'c' declared twice",
+            "$.sources[1].name",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "role": "backup"}]},
+            "role must be one of",
+            "$.destinations[0].role",
+        ),
+        (
+            {"destinations": [{"name": "d", "kind": "sqlite", "url": "x", "role": "best_effort"}]},
+            "declares a best_effort destination but no primary one",
+            "$.destinations[0].role",
         ),
         ({"tabels": []}, "unknown field `tabels`", "$"),
         ({"tables": {"t": {}}}, "Expected `array | null`, got `object`", "$.tables"),
@@ -341,6 +374,29 @@ def test_action_connectors_are_declared_per_gateway() -> None:
                 )
             ]
         )
+
+
+def test_sources_are_declared_per_gateway_with_the_kinds_the_adapters_open() -> None:
+    doc = {
+        "gateway": "g1",
+        "sources": [{"name": "crm", "kind": "postgres", "url": "${CRM}", "options": {"k": "v"}}],
+    }
+    g1 = parse_declarations([("s.yaml", doc)]).gateway("g1")
+    crm = g1.sources["crm"]
+    assert (crm.kind, crm.url, dict(crm.options)) == ("postgres", "${CRM}", {"k": "v"})
+    assert set(SOURCE_KINDS) == set(ADAPTER_SOURCE_KINDS)
+
+
+def test_destinations_route_tables_and_default_to_primary() -> None:
+    doc = {
+        "destinations": [
+            {"name": "wh", "kind": "postgres", "url": "x", "tables": ["a"]},
+            {"name": "bk", "kind": "mysql", "url": "y", "role": "best_effort"},
+        ]
+    }
+    dests = parse_declarations([("r.yaml", doc)]).gateway("default").destinations
+    assert dests["wh"].primary and dests["wh"].covers("a") and not dests["wh"].covers("b")
+    assert not dests["bk"].primary and dests["bk"].covers("b")
 
 
 def test_env_expansion() -> None:

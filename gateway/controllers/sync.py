@@ -9,6 +9,7 @@ from litestar import Controller, Request, Response, get, post
 from litestar.di import NamedDependency
 
 from lakesync_platform.core.errors import ForbiddenError, NotFoundError, ValidationError
+from lakesync_platform.core.hlc import MAX_HLC
 from lakesync_platform.core.wire import (
     MAX_ID_LENGTH,
     decode_push,
@@ -16,6 +17,7 @@ from lakesync_platform.core.wire import (
     parse_pull_limit,
     parse_since,
 )
+from lakesync_platform.sync.source_pull import MAX_SOURCE_CURSOR
 
 from ..auth import COUNTS_PUSH, Identity, client_guard
 from ..bodies import PullPageBody, PullResponse, PushRequest, PushResponse
@@ -111,13 +113,11 @@ class SyncController(Controller):
         since_raw = params.get("since")
         if not since_raw or not client_id:
             raise ValidationError("Missing required query params: since, clientId")
-        since = parse_since(since_raw)
+        source = params.get("source")
+        since = parse_since(since_raw, MAX_SOURCE_CURSOR if source else MAX_HLC)
         if len(client_id) > MAX_ID_LENGTH:
             raise ValidationError(f"clientId is longer than {MAX_ID_LENGTH} characters")
         limit = parse_pull_limit(params.get("limit"))
-        source = params.get("source")
-        if source:
-            raise NotFoundError(f'Source adapter "{source}" not found')
         if (
             identity.client_id is not None
             and client_id != identity.client_id
@@ -129,15 +129,28 @@ class SyncController(Controller):
         fmt = params.get("format")
         if fmt not in (None, "", "stamped"):
             raise ValidationError("Invalid 'format' parameter — must be 'stamped' or absent")
-        page = await services.offload(
-            services.sync.pull,
-            gw,
-            client_id,
-            since,
-            limit,
-            claims=identity.claims,
-            stamped=fmt == "stamped",
-        )
+        if source:
+            page = await services.offload(
+                services.sync.pull_source,
+                gw,
+                source,
+                services.sources.get(gw, source),
+                client_id,
+                since,
+                limit,
+                claims=identity.claims,
+                stamped=fmt == "stamped",
+            )
+        else:
+            page = await services.offload(
+                services.sync.pull,
+                gw,
+                client_id,
+                since,
+                limit,
+                claims=identity.claims,
+                stamped=fmt == "stamped",
+            )
         services.metrics.observe_pull(gw, len(page.wire), time.perf_counter() - started)
         return json_response(PullResponse(page.wire, str(page.server_hlc), page.has_more))
 

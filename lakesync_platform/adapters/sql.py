@@ -471,7 +471,7 @@ class SqlAdapter:
                 f"({d.q('table')}, {d.q('row_id')})"
             )
 
-    def insert_deltas(self, deltas: Iterable[RowDelta]) -> int:
+    def insert_deltas(self, deltas: Sequence[RowDelta]) -> int:
         """Insert deltas, ignoring ``delta_id``s already present; return how many were new."""
         d = self.dialect
         rows = [
@@ -505,50 +505,52 @@ class SqlAdapter:
                 added += int(conn.execute(text(sql), row).rowcount or 0)
         return added
 
-    def deltas_since(self, hlc: int, tables: Sequence[str] | None = None) -> list[RowDelta]:
-        """Deltas with HLC greater than ``hlc`` (optionally of ``tables``), HLC ascending."""
+    def _select_deltas(self) -> str:
         d = self.dialect
-        params: dict[str, Any] = {"since": hlc}
+        return (
+            f"SELECT {d.q('delta_id')}, {d.q('table')}, {d.q('row_id')}, {d.q('columns')}, "
+            f"{d.q('hlc')}, {d.q('client_id')}, {d.q('op')} FROM {d.q(DELTAS)} "
+        )
+
+    def deltas_since(
+        self, since: int, tables: Sequence[str] | None = None, limit: int | None = None
+    ) -> list[RowDelta]:
+        """Deltas with HLC greater than ``since`` (optionally of ``tables``), ordered by
+        ``(hlc, delta_id)``, at most ``limit`` (the limit is in the query)."""
+        d = self.dialect
+        params: dict[str, Any] = {"since": since}
         where = f"{d.q('hlc')} > :since"
         if tables:
             marks = ", ".join(f":t{i}" for i in range(len(tables)))
             where += f" AND {d.q('table')} IN ({marks})"
             params.update({f"t{i}": check_identifier(t, "table") for i, t in enumerate(tables)})
-        sql = (
-            f"SELECT {d.q('delta_id')}, {d.q('table')}, {d.q('row_id')}, {d.q('columns')}, "
-            f"{d.q('hlc')}, {d.q('client_id')}, {d.q('op')} FROM {d.q(DELTAS)} "
-            f"WHERE {where} ORDER BY {d.q('hlc')}, {d.q('delta_id')}"
-        )
+        sql = f"{self._select_deltas()}WHERE {where} ORDER BY {d.q('hlc')}, {d.q('delta_id')}"
+        if limit is not None:
+            sql += " LIMIT :limit"
+            params["limit"] = limit
         with self.transaction() as conn:
             result = conn.execute(text(sql), params).all()
         return [_row_delta(*row) for row in result]
 
-    def latest_state(self, table: str, row_ids: Sequence[str]) -> dict[str, dict[str, Any] | None]:
-        """The current row (``{column: value}``, ``None`` when deleted/unknown) of each id.
+    def latest_state(self, table: str, row_id: str) -> dict[str, Any] | None:
+        """The current row (``{column: value}``), ``None`` when deleted or unknown.
 
-        Folds each row's stored deltas with the per-column LWW of
-        :func:`~lakesync_platform.core.merge.merge_delta`.
+        Folds the row's stored deltas in ``(hlc, delta_id)`` order with the per-column LWW of
+        :func:`~lakesync_platform.core.merge.merge_delta` — the reference's latest-state merge
+        (PROTOCOL.md §3.5: later columns overwrite, a delete clears) on a log whose HLCs
+        differ, and deterministic where two clients wrote one row at the same HLC.
         """
         d = self.dialect
-        out: dict[str, dict[str, Any] | None] = {rid: None for rid in row_ids}
-        if not row_ids:
-            return out
-        marks = ", ".join(f":r{i}" for i in range(len(row_ids)))
-        params: dict[str, Any] = {f"r{i}": rid for i, rid in enumerate(row_ids)}
-        params["tbl"] = check_identifier(table, "table")
+        params = {"tbl": check_identifier(table, "table"), "rid": row_id}
         sql = (
-            f"SELECT {d.q('delta_id')}, {d.q('table')}, {d.q('row_id')}, {d.q('columns')}, "
-            f"{d.q('hlc')}, {d.q('client_id')}, {d.q('op')} FROM {d.q(DELTAS)} "
-            f"WHERE {d.q('table')} = :tbl AND {d.q('row_id')} IN ({marks}) ORDER BY {d.q('hlc')}"
+            f"{self._select_deltas()}WHERE {d.q('table')} = :tbl AND {d.q('row_id')} = :rid "
+            f"ORDER BY {d.q('hlc')}, {d.q('delta_id')}"
         )
-        states: dict[str, RowState] = {}
+        state: RowState | None = None
         with self.transaction() as conn:
             for row in conn.execute(text(sql), params).all():
-                delta = _row_delta(*row)
-                states[delta.row_id] = merge_delta(states.get(delta.row_id), delta).state
-        for rid, state in states.items():
-            out[rid] = state.values() if state.live else None
-        return out
+                state = merge_delta(state, _row_delta(*row)).state
+        return state.values() if state is not None and state.live else None
 
 
 def _arrow_csv(rows: pa.Table) -> bytes:

@@ -9,7 +9,8 @@ directory), and passes them down as settings objects:
 * ``doctor`` — what is wrong and the command that fixes it (:mod:`.doctor`, checks in
   :mod:`.checks`);
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
-  for development, supervised by :mod:`.dev` (:mod:`.run`).
+  for development, supervised by :mod:`.dev` (:mod:`.run`);
+* ``migrate`` — copy a destination's tables into another one (:mod:`.migrate`).
 
 A missing data directory or WAL, an unknown gateway or a taken port stops a command with exit
 status 2 and one line, before anything is created (:mod:`.checks`).
@@ -22,6 +23,7 @@ import click
 from . import run
 from .doctor import doctor
 from .gateway import gateway
+from .migrate import migrate
 from .status import status
 from .token import token
 
@@ -38,4 +40,5 @@ main.add_command(gateway)
 main.add_command(token)
 main.add_command(status)
 main.add_command(doctor)
+main.add_command(migrate)
 run.register(main)

@@ -83,6 +83,7 @@ def gateway_settings(
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=int)
 @data_dir_option
+@defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
 @click.option("--jwt-secret", envvar=ENV_JWT_SECRET, help="HS256 secret for tokens.")
 @click.option(
@@ -125,7 +126,6 @@ def gateway_settings(
     help="Worker processes sharing the listening socket.",
 )
 @click.option("--log-level", default="info", show_default=True)
-@defs_dir_option
 @click.option(
     "--action-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -154,6 +154,7 @@ def gateway(
     host: str,
     port: int,
     data_dir: Path,
+    defs_dir: Path,
     wal_url: str | None,
     jwt_secret: str | None,
     jwt_secret_previous: str | None,
@@ -166,7 +167,6 @@ def gateway(
     ws_send_queue: int | None,
     workers: int,
     log_level: str,
-    defs_dir: Path,
     action_timeout: float,
     action_lease: float,
     action_retention: float,
@@ -185,7 +185,7 @@ def gateway(
         max_backlog_bytes=max_backlog_bytes,
         rate_limit=rate_limit,
         cors_origins=cors_origin,
-        defs_dir=defs_dir,
+        defs_dir=defs_dir.resolve(),
         action_timeout_s=action_timeout,
         action_lease_s=action_lease,
         action_retention_s=action_retention,

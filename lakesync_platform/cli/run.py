@@ -258,7 +258,14 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
         return [run_flush(ctx, gw)]
     if stage == "state":
         return list(run_state(ctx, gw))
-    return list(run_materialise(ctx, gw))
+    done = run_materialise(ctx, gw)
+    for failure in done.failures:
+        click.echo(
+            f"best-effort destination {failure.destination} failed for {failure.table} "
+            f"after {failure.attempts} tries: {failure.error}",
+            err=True,
+        )
+    return [result for _, result in done.results]
 
 
 def _log_to_stderr() -> None:

@@ -162,6 +162,11 @@ class LakeSyncClient:
             return {"connectors": {}}
         return self.transport.describe_actions()
 
+    def pull_from(self, source: str) -> int:
+        """Pull every page of the gateway's declared source ``source``; returns rows received
+        (shortcut for ``coordinator.pull_from(source)``)."""
+        return self.coordinator.pull_from(source)
+
     def close(self) -> None:
         """Stop auto-sync, end watches, close the transport and the database. Idempotent."""
         self.coordinator.stop_auto_sync()

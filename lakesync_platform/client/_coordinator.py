@@ -220,10 +220,13 @@ class SyncCoordinator:
             except ClockDriftError as exc:
                 log.warning("remote stamp ahead of the local clock: %s", exc.message)
 
-    def _apply(self, rows: list[RemoteRow], cursor: int) -> int:
+    def _apply(self, rows: list[RemoteRow], cursor: int, source: str | None = None) -> int:
         with self._db.transaction():
             changed = apply_rows(self._db, self._registry, rows)
-            self._state.cursor = cursor
+            if source is None:
+                self._state.cursor = cursor
+            else:
+                self._state.set_source_cursor(source, cursor)
             self._observe(rows)
             self._state.hlc_high = encode(*self._hlc.state)
             self._db.mark_changed(changed)
@@ -253,16 +256,7 @@ class SyncCoordinator:
             received = 0
             if self._state.cursor == 0 and not self._checkpoint_tried:
                 received += self._initial_sync()
-            while True:
-                since = self._state.cursor
-                page = self.transport.pull(self.client_id, since, self.pull_page_size)
-                rows = page.rows
-                received += self._apply(rows, page.server_hlc)
-                if not page.has_more:
-                    break
-                if not rows or page.server_hlc == since:
-                    log.warning("gateway said hasMore with no progress at cursor %d", since)
-                    break
+            received += self._pull_pages(None)
             self._synced()
             return received
 
@@ -284,6 +278,31 @@ class SyncCoordinator:
         except Exception as exc:
             log.info("pull after connecting failed: %s", exc)
             self._errors.emit(exc)
+
+    def pull_from(self, source: str) -> int:
+        """Pull and apply every page of the gateway's declared source ``source`` (its rows go
+        to the same local tables); returns the rows received.
+
+        Each source has its own persisted cursor, apart from the gateway's: pulling from a
+        source never moves the gateway cursor, nor the other way round.
+        """
+        with self._sync_lock:
+            received = self._pull_pages(source)
+            self._synced()
+            return received
+
+    def _pull_pages(self, source: str | None) -> int:
+        received = 0
+        while True:
+            since = self._state.cursor if source is None else self._state.source_cursor(source)
+            page = self.transport.pull(self.client_id, since, self.pull_page_size, source)
+            rows = page.rows
+            received += self._apply(rows, page.server_hlc, source)
+            if not page.has_more:
+                return received
+            if not rows or page.server_hlc == since:
+                log.warning("gateway said hasMore with no progress at cursor %d", since)
+                return received
 
     # ---------------------------------------------------------------- push
 

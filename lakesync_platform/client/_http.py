@@ -181,8 +181,10 @@ class HttpTransport:
         data = _json(response)
         return PushAck(_int(data.get("serverHlc", 0), "serverHlc"), int(data.get("accepted", 0)))
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
-        """``GET /v1/sync/{gw}/pull?format=stamped``."""
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
+        """``GET /v1/sync/{gw}/pull?format=stamped`` (``&source=NAME`` for a source)."""
         url = f"{self._base}/sync/{self.gateway_id}/pull"
         params = {
             "since": str(since),
@@ -190,6 +192,8 @@ class HttpTransport:
             "limit": str(limit),
             "format": "stamped",
         }
+        if source is not None:
+            params["source"] = source
         response = self._send(
             lambda auth: self._client.build_request("GET", url, params=params, headers=auth)
         )

@@ -52,6 +52,14 @@ class SyncState:
     def cursor(self, value: int) -> None:
         self.set(CURSOR, str(value))
 
+    def source_cursor(self, source: str) -> int:
+        """The cursor after the last applied page of ``source`` (0 = never pulled from it)."""
+        return int(self.get(f"{CURSOR}:source:{source}") or 0)
+
+    def set_source_cursor(self, source: str, value: int) -> None:
+        """Store the cursor of ``source``."""
+        self.set(f"{CURSOR}:source:{source}", str(value))
+
     @property
     def client_id(self) -> str | None:
         """The client id this database belongs to."""

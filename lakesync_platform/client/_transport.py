@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.delta import RowDelta
+from ..core.errors import SourceNotFoundError
 from ..core.sync_rules import Claims
 from ._errors import TransportError
 from ._wire import RemoteRow, parse_remote_rows
@@ -83,8 +84,11 @@ class Transport(Protocol):
         """Send a batch; the gateway accepts it whole or rejects it whole."""
         ...
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
-        """Fetch the next page of rows changed after cursor ``since`` (stamped format)."""
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
+        """Fetch the next page of rows changed after cursor ``since`` (stamped format) — of the
+        gateway's own rows, or of the named ``source``'s."""
         ...
 
     def checkpoint(self) -> Checkpoint | None:
@@ -146,12 +150,29 @@ class EmbeddedSyncService(Protocol):
         """One page of rows changed after cursor ``since``."""
         ...
 
+    def pull_source(
+        self,
+        gw: str,
+        source: str,
+        log: Any,
+        client_id: str,
+        since: int,
+        limit: int,
+        *,
+        claims: Claims | None = ...,
+        stamped: bool = ...,
+    ) -> _PulledPage:
+        """One page of source ``source`` (read through ``log``) after source cursor ``since``."""
+        ...
+
 
 class InProcessTransport:
     """A transport that calls the sync engine in this process (no HTTP, no auth).
 
     ``claims`` are the sync-rule claims the caller would carry in its token (``sub`` defaults
-    to the pushing client id); ``checkpoint`` optionally supplies initial-sync snapshots.
+    to the pushing client id); ``checkpoint`` optionally supplies initial-sync snapshots;
+    ``sources`` are the delta logs :meth:`pull` may name (an ``adapters.source.DeltaSource``
+    each).
     """
 
     def __init__(
@@ -161,11 +182,13 @@ class InProcessTransport:
         *,
         claims: Mapping[str, str | Sequence[str]] | None = None,
         checkpoint: Callable[[], Checkpoint | None] | None = None,
+        sources: Mapping[str, Any] | None = None,
     ) -> None:
         self.service = service
         self.gateway_id = gateway_id
         self._claims = dict(claims or {})
         self._checkpoint = checkpoint
+        self._sources = dict(sources or {})
 
     def _claims_for(self, client_id: str) -> dict[str, str | tuple[str, ...]]:
         claims: dict[str, str | tuple[str, ...]] = {"sub": client_id}
@@ -180,16 +203,28 @@ class InProcessTransport:
         )
         return PushAck(result.server_hlc, result.accepted)
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
-        """Pull a stamped page through ``SyncService.pull``."""
-        page = self.service.pull(
-            self.gateway_id,
-            client_id,
-            since,
-            limit,
-            claims=self._claims_for(client_id),
-            stamped=True,
-        )
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
+        """Pull a stamped page through ``SyncService.pull`` (``pull_source`` for a source)."""
+        claims = self._claims_for(client_id)
+        if source is None:
+            page = self.service.pull(
+                self.gateway_id, client_id, since, limit, claims=claims, stamped=True
+            )
+        else:
+            if source not in self._sources:
+                raise SourceNotFoundError(f'Source adapter "{source}" not found')
+            page = self.service.pull_source(
+                self.gateway_id,
+                source,
+                self._sources[source],
+                client_id,
+                since,
+                limit,
+                claims=claims,
+                stamped=True,
+            )
         return PullResponse(parse_remote_rows(page.deltas), page.server_hlc, page.has_more)
 
     def checkpoint(self) -> Checkpoint | None:
@@ -210,7 +245,9 @@ class OfflineTransport:
         """Always raises :class:`TransportError`."""
         raise self._fail()
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
         """Always raises :class:`TransportError`."""
         raise self._fail()
 

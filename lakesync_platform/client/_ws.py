@@ -200,8 +200,13 @@ class WebSocketTransport:
         _, server_hlc, _ = self._decode(reply)
         return PushAck(server_hlc, len(deltas))
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
-        """A ``0x02`` frame; refused → the same pull over HTTP."""
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
+        """A ``0x02`` frame; refused → the same pull over HTTP. A pull from a declared
+        ``source`` goes over HTTP (the socket's ``SyncPull`` has no source, PROTOCOL.md §7.2)."""
+        if source is not None:
+            return self.http.pull(client_id, since, limit, source)
         try:
             reply = self._request(frame(TAG_SYNC_PULL, encode_sync_pull(client_id, since, limit)))
         except _Refused as refused:

@@ -59,10 +59,12 @@ class FlakyTransport:
             raise TransportError("push response lost (FlakyTransport.lose_responses)")
         return ack
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
         """Pull through the inner transport unless offline."""
         self._check()
-        return self.inner.pull(client_id, since, limit)
+        return self.inner.pull(client_id, since, limit, source)
 
     def checkpoint(self) -> Checkpoint | None:
         """The inner transport's checkpoint unless offline."""

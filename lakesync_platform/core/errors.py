@@ -14,6 +14,7 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── AuthError            AUTH_ERROR          401  bad token (403: wrong gateway/role)
     ├── ForbiddenError       FORBIDDEN           403  identity mismatch
     ├── NotFoundError        NOT_FOUND           404
+    │   └── SourceNotFoundError SOURCE_NOT_FOUND 404  ``pull?source=`` names no declared source
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
     ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
     └── FlushError           FLUSH_ERROR         500  a pipeline stage failed or could not start
@@ -57,6 +58,7 @@ __all__ = [
     "NotFoundError",
     "RateLimitedError",
     "SchemaError",
+    "SourceNotFoundError",
     "ValidationError",
 ]
 
@@ -126,6 +128,12 @@ class NotFoundError(LakeSyncError):
     http_status = 404
 
 
+class SourceNotFoundError(NotFoundError):
+    """A pull names a ``source`` the gateway has not declared (the reference's message)."""
+
+    code = "SOURCE_NOT_FOUND"
+
+
 class RateLimitedError(LakeSyncError):
     """Too many requests in the current window; ``retry_after`` is in seconds."""
 
@@ -167,10 +175,12 @@ ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
             AdapterError,
             FlushError,
             LakeSyncError,
+            SourceNotFoundError,
         )
     }
 )
-"""Every code the gateway sends, in the protocol's order, with the class that carries it."""
+"""Every code the gateway sends, with the class that carries it: the protocol's, in its order,
+then ours."""
 
 
 class ActionError(Exception):

@@ -326,6 +326,11 @@ class WalStore(Protocol):
         """Upsert what ``client_id`` holds of the rows ``records`` names."""
         ...
 
+    def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
+        """What ``client_id`` holds of the rows ``keys``, as far as the server knows (a read
+        outside a pull of the WAL's own rows: a source pull's records)."""
+        ...
+
     def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:
         """Every row of ``table`` as ``(row_id, state)`` (tombstones included)."""
         ...

@@ -175,8 +175,9 @@ def _too_deep(value: Any) -> bool:
     return False
 
 
-def parse_since(value: str | None) -> int:
-    """The pull cursor: required, BigInt-parsable (decimal, ``0x…``; blank = 0), clamped at 0."""
+def parse_since(value: str | None, maximum: int = MAX_HLC) -> int:
+    """The pull cursor: required, BigInt-parsable (decimal, ``0x…``; blank = 0), clamped at 0,
+    at most ``maximum`` (a source pull's cursors are wider than an HLC)."""
     if value is None:
         raise ValidationError("Missing required query params: since, clientId")
     text = value.strip()
@@ -191,7 +192,7 @@ def parse_since(value: str | None) -> int:
             raise ValueError(text)
     except ValueError:
         raise ValidationError("Invalid 'since' parameter — must be a decimal integer") from None
-    if parsed > MAX_HLC:
+    if parsed > maximum:
         raise ValidationError("Invalid 'since' parameter — must be a decimal integer")
     return max(parsed, 0)
 

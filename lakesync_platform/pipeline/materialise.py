@@ -1,15 +1,31 @@
 """The materialise stage: changed state rows → each declared destination's tables.
 
-:func:`run_materialise` opens each (selected) destination of the gateway through the context
-(any :class:`~lakesync_platform.adapters.destination.Destination`) and runs
-:func:`lakesync_platform.spark.materialise.materialise_table` for the tables it covers;
+:func:`run_materialise` routes each table to the (selected) destinations that cover it and runs
+:func:`lakesync_platform.spark.materialise.materialise_table` for each pair, through any
+:class:`~lakesync_platform.adapters.destination.Destination` the context opens:
+
+* **primary** destinations first — a failure fails the run;
+* then **best-effort** ones, each table tried again (tenacity, exponential wait) on an
+  :class:`~lakesync_platform.core.errors.AdapterError`; one still failing is reported in the
+  run's :class:`MaterialiseRun` and the run goes on.
+
+Each destination table keeps its own compare-and-set watermark, so a best-effort destination
+that was down catches up — exactly once — on the next run. Its **lag** is how far its watermark
+trails the highest watermark of the primary destinations covering the same table
+(:func:`destination_lag`, also an asset check: :func:`check_destination_lag`).
 :func:`check_destination_matches_state` compares a destination table with the state.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from ..core.errors import AdapterError
+from ..core.schema import TableSchema
+from ..declarations import DestinationDecl
 from ..spark.layout import (
     LIVE_COL,
     log_table,
@@ -18,13 +34,41 @@ from ..spark.layout import (
     synced_columns,
     table_exists,
 )
-from ..spark.materialise import MaterialiseResult, materialise_table
+from ..spark.materialise import MaterialiseResult, materialise_table, watermark_key
 from .context import CheckOutcome, PipelineContext
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_destination_matches_state", "run_materialise"]
+__all__ = [
+    "DestinationFailure",
+    "MaterialiseRun",
+    "check_destination_lag",
+    "check_destination_matches_state",
+    "destination_lag",
+    "run_materialise",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DestinationFailure:
+    """A best-effort destination table that could not be written in this run."""
+
+    destination: str
+    table: str
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
+class MaterialiseRun:
+    """What one materialise run did: ``results`` as ``(destination, result)``, the best-effort
+    ``failures``, and each best-effort destination table's ``lag`` behind the primaries (state
+    cursors; ``None`` when its watermark could not be read)."""
+
+    results: list[tuple[str, MaterialiseResult]] = field(default_factory=list)
+    failures: list[DestinationFailure] = field(default_factory=list)
+    lag: dict[tuple[str, str], int | None] = field(default_factory=dict)
 
 
 def run_materialise(
@@ -32,27 +76,114 @@ def run_materialise(
     gw: str,
     destinations: list[str] | None = None,
     tables: list[str] | None = None,
-) -> list[MaterialiseResult]:
-    """Write changed state rows to each (selected) destination table, holding the lake's lock."""
-    schemas = ctx.tables(gw)
-    results: list[MaterialiseResult] = []
-    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+) -> MaterialiseRun:
+    """Write changed state rows to each (selected) destination table: primaries first (a
+    failure raises), then best-effort destinations (retried; failures reported)."""
+    schemas = {t: s for t, s in ctx.tables(gw).items() if tables is None or t in tables}
+    chosen = {
+        n: d for n, d in ctx.destinations(gw).items() if destinations is None or n in destinations
+    }
+    run = MaterialiseRun()
+    ctx.spark  # noqa: B018 — started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("materialise", gw):
-        for name, dest in ctx.destinations(gw).items():
-            if destinations is not None and name not in destinations:
-                continue
-            destination = ctx.open_destination(dest)
-            try:
-                for table, schema in schemas.items():
-                    if dest.covers(table) and (tables is None or table in tables):
-                        results.append(
-                            materialise_table(
-                                spark, gw, schema, destination, catalog=ctx.iceberg_catalog
-                            )
-                        )
-            finally:
-                destination.close()
-    return results
+        for name, dest in chosen.items():
+            if dest.primary:
+                run.results.extend((name, r) for r in _materialise(ctx, gw, dest, schemas))
+        for name, dest in chosen.items():
+            if not dest.primary:
+                _best_effort(ctx, gw, name, dest, schemas, run)
+    return run
+
+
+def _best_effort(
+    ctx: PipelineContext,
+    gw: str,
+    name: str,
+    dest: DestinationDecl,
+    schemas: dict[str, TableSchema],
+    run: MaterialiseRun,
+) -> None:
+    """Materialise a best-effort destination table by table, retried; failures and lag are
+    recorded in ``run``."""
+    settings = ctx.settings
+    for table, schema in schemas.items():
+        if not dest.covers(table):
+            continue
+        retrying = Retrying(
+            retry=retry_if_exception_type(AdapterError),
+            stop=stop_after_attempt(settings.best_effort_attempts),
+            wait=wait_exponential(multiplier=settings.best_effort_wait_s, max=30),
+            reraise=True,
+        )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    done = _materialise(ctx, gw, dest, {table: schema})
+                    run.results.extend((name, r) for r in done)
+        except AdapterError as exc:
+            tries = retrying.statistics.get("attempt_number", settings.best_effort_attempts)
+            run.failures.append(DestinationFailure(name, table, tries, exc.message))
+        run.lag[(name, table)] = destination_lag(ctx, gw, name, table)
+
+
+def _materialise(
+    ctx: PipelineContext, gw: str, dest: DestinationDecl, schemas: dict[str, TableSchema]
+) -> list[MaterialiseResult]:
+    destination = ctx.open_destination(dest)
+    try:
+        return [
+            materialise_table(ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog)
+            for table, schema in schemas.items()
+            if dest.covers(table)
+        ]
+    finally:
+        destination.close()
+
+
+def _watermark(ctx: PipelineContext, gw: str, dest: DestinationDecl, schema: TableSchema) -> int:
+    destination = ctx.open_destination(dest)
+    try:
+        return destination.watermark(watermark_key(gw, schema, schema.table))
+    finally:
+        destination.close()
+
+
+def destination_lag(ctx: PipelineContext, gw: str, destination: str, table: str) -> int | None:
+    """How many state cursors ``destination``'s table trails the highest watermark of the
+    primary destinations covering ``table`` (0 for a primary; ``None`` when a watermark cannot
+    be read)."""
+    decls = ctx.destinations(gw)
+    dest = decls[destination]
+    if dest.primary:
+        return 0
+    schema = ctx.tables(gw)[table]
+    try:
+        own = _watermark(ctx, gw, dest, schema)
+        primary = max(
+            (
+                _watermark(ctx, gw, d, schema)
+                for d in decls.values()
+                if d.primary and d.covers(table)
+            ),
+            default=own,
+        )
+    except AdapterError:
+        return None
+    return max(primary - own, 0)
+
+
+def check_destination_lag(
+    ctx: PipelineContext, gw: str, destination: str, table: str
+) -> CheckOutcome:
+    """A best-effort destination table has caught up with the primary destinations."""
+    lag = destination_lag(ctx, gw, destination, table)
+    if lag is None:
+        return CheckOutcome(
+            False, f"{destination}.{table}: a watermark cannot be read", {"lag": "unknown"}
+        )
+    return CheckOutcome(
+        lag == 0, f"{destination}.{table} trails the primary by {lag} state cursors", {"lag": lag}
+    )
 
 
 def check_destination_matches_state(
@@ -71,10 +202,15 @@ def _check_destination(
     name = state_table(gw, log_table(schema))
     if not table_exists(spark, name):
         return CheckOutcome(True, "no state table yet", {"rows": 0})
-    target = ctx.open_destination(ctx.destinations(gw)[destination])
+    decl = ctx.destinations(gw)[destination]
+    target = ctx.open_destination(decl)
     try:
         target.ensure_table(schema)
         dest_rows = {r["row_id"]: r for r in target.read_back(schema)}
+    except AdapterError as exc:
+        if decl.primary:
+            raise
+        return CheckOutcome(False, f"{destination} is unreachable: {exc.message}", {})
     finally:
         target.close()
     differ: list[str] = []

@@ -50,10 +50,13 @@ def cut_page(
     since_position: int,
     limit: int,
     stamped: bool,
+    read_ahead: int = _SCAN_CHUNK,
 ) -> PageCut:
     """The rows after position ``start`` a client with ``view`` receives, at most ``limit``
     deltas (a row is never split). ``since_position``: the position the client last pulled
-    from under its current view (rows it confirmed leaving before that are not re-sent)."""
+    from under its current view (rows it confirmed leaving before that are not re-sent).
+    ``read_ahead``: rows read per scan when sync rules filter (a reader whose rows are costly
+    to read asks for fewer)."""
     out: list[PulledDelta | StampedInsert] = []
     delivered: list[tuple[str, bool]] = []
     last_pos = start
@@ -61,7 +64,7 @@ def cut_page(
     per_row = 1 if stamped else 2
     # Unfiltered views need exactly the rows of one page (plus one to see if more exist);
     # filtered views read ahead, since many rows may be invisible.
-    chunk_size = (limit // per_row + 1) if not cfg.has_filters else _SCAN_CHUNK
+    chunk_size = (limit // per_row + 1) if not cfg.has_filters else read_ahead
     unfiltered: dict[str, bool] = {}  # per table: every row visible
     hidden: set[str] = set()  # tables no bucket of the view can show
     after = start

@@ -24,6 +24,7 @@ from .delivery import PullPage
 from .plan import plan_append, plan_push
 from .prepare import check_backlog, check_deltas, prepare
 from .pull import cut_page
+from .source_pull import DeltaLog, SourceCursor, SourceRows
 
 __all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "SyncService"]
 
@@ -214,6 +215,52 @@ class SyncService:
     def head(self, gw: str) -> int:
         """The gateway's last ingest cursor: it grows with every commit, by any process."""
         return self.wal.max_cursor(gw)
+
+    def pull_source(
+        self,
+        gw: str,
+        source: str,
+        log: DeltaLog,
+        client_id: str,
+        since: int,
+        limit: int,
+        *,
+        claims: Claims | None = None,
+        stamped: bool = False,
+    ) -> PullPage:
+        """One page of the rows of source ``source`` (its delta log ``log``) changed after
+        source cursor ``since``, as this client may see them (see :mod:`.source_pull`).
+
+        The pull of the gateway's own rows is not touched: the cursor a push answers with stays
+        the one the client last pulled the gateway's rows from.
+        """
+        claims = claims or {}
+        cfg = self.config(gw)
+        tag = SourceCursor.tag_for(source, cfg.view_tag(claims))
+        given = SourceCursor.decode(since)
+        start = given if given is not None and given.tag == tag else SourceCursor(tag, 0, 0)
+        since_hlc = 0 if given is None else given.hlc
+
+        def records(keys: Sequence[str]) -> dict[str, RowRecord]:
+            return self.wal.client_records(gw, client_id, keys)
+
+        rows = SourceRows(log, source, start, records)
+        page = cut_page(
+            rows,
+            cfg,
+            ClientView(cfg.rules, claims),
+            start=0,
+            since_position=since_hlc,
+            limit=limit,
+            stamped=stamped,
+            read_ahead=limit // (1 if stamped else 2) + 1,  # one latest_state read per row
+        )
+        cursor = rows.cursor_at(page.last_position) if page.has_more else rows.end
+        if page.delivered:
+            self.wal.save_client_records(
+                gw, client_id, {key: RowRecord(held, cursor.hlc) for key, held in page.delivered}
+            )
+        return PullPage(page.deltas, cursor.encode(), page.has_more)
 
     def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
         """The gateway's current row state of ``table`` (tests, checks, admin)."""

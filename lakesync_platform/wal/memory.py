@@ -286,6 +286,14 @@ class MemoryWal:
             delivery = self._deliveries.setdefault(gw, _Deliveries())
             delivery.client_rows.setdefault(client_id, {}).update(records)
 
+    def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
+        """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""
+        with self._lock:
+            self._open()
+            delivery = self._deliveries.get(gw)
+            held = {} if delivery is None else delivery.client_rows.get(client_id, {})
+            return {k: rec for k in keys if (rec := held.get(k)) is not None}
+
     def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:
         """Every row of ``table`` as ``(row_id, state)`` (tombstones included)."""
         with self._lock:

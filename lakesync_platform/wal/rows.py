@@ -108,6 +108,11 @@ class SqlRows(SqlDatabase):
             with self.write() as conn:
                 self._save_client_records_in(conn, gw, client_id, records)
 
+    def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
+        """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""
+        with self.read() as conn:
+            return SqlRowReader(conn, gw, client_id, "").client_records(keys)
+
     def _save_client_records_in(
         self, conn: Connection, gw: str, client_id: str, records: Mapping[str, RowRecord]
     ) -> None:

@@ -113,7 +113,9 @@ class _CorruptCheckpoint:
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
         return PushAck(1, len(deltas))
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
         return PullResponse([], 7, False)
 
     def checkpoint(self) -> Checkpoint | None:

@@ -210,7 +210,9 @@ class _RateLimited:
     def push(self, client_id: str, deltas: Sequence[RowDelta], last_seen_hlc: int) -> PushAck:
         raise RateLimitedError("Too many requests", retry_after=45)
 
-    def pull(self, client_id: str, since: int, limit: int) -> PullResponse:
+    def pull(
+        self, client_id: str, since: int, limit: int, source: str | None = None
+    ) -> PullResponse:
         return PullResponse([], since, False)
 
     def checkpoint(self) -> Checkpoint | None:

@@ -660,7 +660,7 @@ def test_invalid_admin_documents_are_400(
         pytest.param(
             {"since": "0", "clientId": "c1", "source": "x"},
             404,
-            "NOT_FOUND",
+            "SOURCE_NOT_FOUND",  # the reference's message; our code (a NOT_FOUND)
             'Source adapter "x" not found',
             id="unknown-source",
         ),

@@ -57,8 +57,9 @@ class ServiceGateway:
         return result.server_hlc
 
     def pull(
-        self, client_id: str, since: int, limit: int, stamped: bool
+        self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
     ) -> tuple[list[dict[str, Any]], int, bool]:
+        assert source is None, "the schedules pull the gateway's own rows"
         page = self.service.pull(
             self.gw, client_id, since, limit, claims={"sub": client_id}, stamped=stamped
         )
@@ -92,9 +93,11 @@ class HttpGateway:
         return int(r.json()["serverHlc"])
 
     def pull(
-        self, client_id: str, since: int, limit: int, stamped: bool
+        self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
     ) -> tuple[list[dict[str, Any]], int, bool]:
         params = {"since": str(since), "clientId": client_id, "limit": str(limit)}
+        if source:
+            params["source"] = source
         if stamped:
             params["format"] = "stamped"
         r = self.http.get(f"/v1/sync/{self.gw}/pull", params=params, headers=self._auth(client_id))

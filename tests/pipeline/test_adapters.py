@@ -30,7 +30,9 @@ def test_delta_log_role(dest_url: str) -> None:
         since = adapter.deltas_since(12)
         assert [d.hlc for d in since] == [15, 20, 30]
         assert adapter.deltas_since(0, ["other"]) == []
-        state = adapter.latest_state("todos", ["r1", "r2", "r3"])
-        assert state == {"r1": {"title": "b", "done": True}, "r2": None, "r3": None}
+        assert [d.hlc for d in adapter.deltas_since(0, limit=2)] == [10, 12]
+        assert adapter.latest_state("todos", "r1") == {"title": "b", "done": True}
+        assert adapter.latest_state("todos", "r2") is None
+        assert adapter.latest_state("todos", "r3") is None
     finally:
         adapter.close()

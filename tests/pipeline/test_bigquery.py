@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from lakesync_platform.adapters.bigquery import BigQueryAdapter
+from lakesync_platform.adapters.source import SourceSpec, close_source, open_source
 from lakesync_platform.core.delta import DELETE, ColumnDelta, RowDelta
 from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.ids import delta_id
@@ -68,6 +69,23 @@ def test_delta_log_role(bigquery_dataset: dict[str, str]) -> None:
         assert adapter.latest_state("todos", "nope") is None
     finally:
         adapter.close()
+
+
+def test_a_bigquery_dataset_is_a_source_kind(bigquery_dataset: dict[str, str]) -> None:
+    """``sources: [{kind: bigquery, url: bigquery://PROJECT/DATASET}]`` opens the delta-log role
+    through the source registry (what ``pull?source=NAME`` reads)."""
+    url = f"bigquery://{bigquery_dataset['project']}/{bigquery_dataset['dataset']}"
+    spec = SourceSpec("bq", "bigquery", url, {"endpoint": bigquery_dataset["endpoint"]})
+    source = open_source(spec)
+    try:
+        source.ensure_delta_log()
+        assert source.insert_deltas([_delta("INSERT", "r1", 10, title="a")]) == 1
+        assert [d.row_id for d in source.deltas_since(0, limit=10)] == ["r1"]
+        assert source.latest_state("todos", "r1") == {"title": "a"}
+    finally:
+        close_source(source)
+    with pytest.raises(AdapterError, match="bigquery://PROJECT/DATASET"):
+        open_source(SourceSpec("bq", "bigquery", "bigquery://only-project", {}))
 
 
 def _context(
