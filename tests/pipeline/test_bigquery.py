@@ -123,7 +123,7 @@ def test_flush_state_materialise_into_bigquery(
     def run() -> list[Any]:
         run_flush(ctx, gw)
         run_state(ctx, gw)
-        return run_materialise(ctx, gw)
+        return [result for _, result in run_materialise(ctx, gw).results]
 
     pusher.write("a", "r1", title="one", done=False, priority=1, meta={"tags": ["x"]})
     pusher.write("a", "r2", title="two", meta="plain")
@@ -144,7 +144,7 @@ def test_flush_state_materialise_into_bigquery(
         assert rows["r1"]["title"] == "one!" and rows["r1"]["meta"] == {"tags": ["x"]}
         assert rows["r2"]["deleted_at"] is not None and rows["r2"]["title"] == "two"
         assert adapter.watermark(f"{gw}/todos->todos") == second.to_cursor
-        (again,) = run_materialise(ctx, gw)  # nothing new: nothing written
+        ((_, again),) = run_materialise(ctx, gw).results  # nothing new: nothing written
         assert (again.upserted, again.deleted) == (0, 0)
         assert {r["row_id"]: r for r in adapter.read_back(todos)} == rows
     finally:
