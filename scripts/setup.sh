@@ -94,10 +94,11 @@ fi
 # In a venv of its own inside .venv: its pins (grpcio-tools < 1.81) conflict with the project's.
 bq=.venv/bqemulator
 if [ ! -x "$bq/bin/bqemulator" ] || [ scripts/bqemulator-requirements.txt -nt "$bq/.installed" ]; then
-  log "installing the BigQuery emulator into $bq"
+  step "installing the BigQuery emulator into $bq (tests)"
   "$PY" -m venv "$bq"
-  "$bq/bin/pip" install -q -r scripts/bqemulator-requirements.txt
+  "$bq/bin/pip" install --progress-bar off -r scripts/bqemulator-requirements.txt | sed -n -E '/^(Collecting|Successfully) /p' >&2
   touch "$bq/.installed"
+  step_done
 fi
 # DuckDB would download its spatial and avro extensions when the emulator starts: install the
 # copies the pinned wheels ship into DuckDB's extension folder (~/.duckdb) instead.

@@ -37,6 +37,14 @@ def _prepared_copy(tmp_path: Path) -> Path:
     )
     (venv_bin / "lakesync").chmod(0o755)
     (repo / ".venv" / ".lakesync-installed").touch()
+    # The BigQuery emulator's own venv, installed beside the project's by an earlier setup.
+    shutil.copy2(ROOT / "scripts" / "bqemulator-requirements.txt", repo / "scripts")
+    os.utime(repo / "scripts" / "bqemulator-requirements.txt", (0, 0))
+    installed, bq = Path(sys.prefix) / "bqemulator", repo / ".venv" / "bqemulator"
+    bq.mkdir()
+    for part in ("bin", "lib", "pyvenv.cfg"):
+        (bq / part).symlink_to(installed / part)
+    (bq / ".installed").touch()
     if (ROOT / "data" / "jars").is_dir():  # filled by an earlier setup; else setup fills it
         (repo / "data").mkdir()
         (repo / "data" / "jars").symlink_to((ROOT / "data" / "jars").resolve())
