@@ -61,6 +61,7 @@ __all__ = [
     "demo_todos_schema",
     "dev_token",
     "free_port",
+    "stop_group",
 ]
 
 DEMO_GATEWAY = "demo"
@@ -286,6 +287,19 @@ class GatewayProcess:
         self.stop()
 
 
+def stop_group(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
+    """SIGTERM the process group ``proc`` leads (started with ``start_new_session``), then
+    SIGKILL it if ``proc`` has not exited within ``timeout`` seconds."""
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 class S3Server:
     """moto's S3 server (``python -m moto.server``, from ``moto[server]``) on a free loopback
     port: a real S3 wire protocol for Spark's and pyiceberg's S3 clients, state in memory."""
@@ -349,13 +363,7 @@ class S3Server:
 
     def stop(self) -> None:
         """Stop the server (its buckets are gone with it)."""
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+        stop_group(self.proc, 10.0)
 
     def __enter__(self) -> S3Server:
         return self if self.proc is not None else self.start()
@@ -431,14 +439,7 @@ class BigQueryEmulator:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the emulator, then SIGKILL if it has not exited within ``timeout`` s."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        stop_group(self.proc, timeout)
 
     def __enter__(self) -> BigQueryEmulator:
         return self if self.proc is not None else self.start()

@@ -153,13 +153,14 @@ class CloseSession(Exception):
 
 @dataclass(frozen=True, slots=True)
 class RealtimeLimits:
-    """The feed's limits (``GatewaySettings``' ``ws_*`` values)."""
+    """The feed's limits: ``GatewaySettings``' ``ws_*`` values (their defaults are there), and
+    the rows a broadcast pull reads at most."""
 
-    max_connections: int = 1000
-    max_messages_per_s: int = 50
-    max_frame_bytes: int = 1_048_576
-    send_queue: int = 64
-    poll_interval_s: float = 0.025
+    max_connections: int
+    max_messages_per_s: int
+    max_frame_bytes: int
+    send_queue: int
+    poll_interval_s: float
     page_size: int = 1000
 
 
