@@ -117,7 +117,7 @@ class LakeSyncClient:
         assert self.coordinator.actions is not None
         return self.coordinator.actions
 
-    def action(
+    def execute_action(
         self,
         connector: str,
         action_type: str,
