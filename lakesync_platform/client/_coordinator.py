@@ -142,7 +142,7 @@ class SyncCoordinator:
         self._wake = threading.Event()
         if isinstance(transport, RealtimeTransport):
             transport.on_broadcast(self.apply_broadcast)
-            transport.on_connect(self._pull_after_connect)
+            transport.on_resync(self._resync)
 
     # ---------------------------------------------------------------- events
 
@@ -269,14 +269,14 @@ class SyncCoordinator:
         with self._sync_lock:
             self._apply(rows, max(self._state.cursor, server_hlc))
 
-    def _pull_after_connect(self) -> None:
-        """After a (re)connection: pull what was broadcast while the socket was down."""
+    def _resync(self) -> None:
+        """After a (re)connection or on a heartbeat: pull what no broadcast brought."""
         if self.sync_mode == "push_only":
             return
         try:
             self.pull()
         except Exception as exc:
-            log.info("pull after connecting failed: %s", exc)
+            log.info("resync pull failed: %s", exc)
             self._errors.emit(exc)
 
     def pull_from(self, source: str) -> int:
