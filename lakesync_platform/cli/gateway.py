@@ -49,6 +49,7 @@ def gateway_settings(
     ws_max_connections: int | None = None,
     ws_rate_limit: int | None = None,
     ws_send_queue: int | None = None,
+    ws_poll_interval_s: float | None = None,
 ) -> GatewaySettings:
     """The gateway's settings from its flags (the secret file is created on first start);
     ``${VAR}`` in the declarations is read from this process's environment; ``ws_*`` flags
@@ -76,6 +77,7 @@ def gateway_settings(
         ws_max_connections=ws_max_connections or settings.ws_max_connections,
         ws_max_messages_per_s=ws_rate_limit or settings.ws_max_messages_per_s,
         ws_send_queue=ws_send_queue or settings.ws_send_queue,
+        ws_poll_interval_s=ws_poll_interval_s or settings.ws_poll_interval_s,
     )
 
 
@@ -117,6 +119,12 @@ def gateway_settings(
     type=click.IntRange(min=1),
     help="Replies and broadcast pages queued for a socket before it is closed as too far"
     " behind (default 64).",
+)
+@click.option(
+    "--ws-poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds between reads of the WAL's head that notice other processes' commits for"
+    " broadcast (default 0.025).",
 )
 @click.option(
     "--workers",
@@ -165,6 +173,7 @@ def gateway(
     ws_max_connections: int | None,
     ws_rate_limit: int | None,
     ws_send_queue: int | None,
+    ws_poll_interval: float | None,
     workers: int,
     log_level: str,
     action_timeout: float,
@@ -192,6 +201,7 @@ def gateway(
         ws_max_connections=ws_max_connections,
         ws_rate_limit=ws_rate_limit,
         ws_send_queue=ws_send_queue,
+        ws_poll_interval_s=ws_poll_interval,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

@@ -12,7 +12,7 @@
     )
     client.tracker.insert("notes", "n1", {"text": "hello"})   # local, instant, queued
     client.coordinator.sync_once()                           # pull all pages, then push
-    client.action("alerts", "notify", {"text": "hi"})        # runs once on the gateway
+    client.execute_action("alerts", "notify", {"text": "hi"})        # runs once on the gateway
     client.close()
 
 See ``docs/client.md`` for the whole API and the guarantees behind it.

@@ -25,7 +25,7 @@ from ._stamps import STAMPS_DDL
 from ._tracker import SyncTracker
 from ._transport import OfflineTransport, Transport
 from ._watch import QueryWatch, Rows
-from ._ws import WebSocketTransport
+from ._ws import HEARTBEAT_S, WebSocketTransport
 
 __all__ = ["GatewayConfig", "LakeSyncClient", "create_client", "system_clock_ms"]
 
@@ -44,7 +44,9 @@ class GatewayConfig:
     ``get_token`` (called before the first request and again after a 401) takes priority over
     a static ``token``; with neither, requests carry no ``Authorization`` header. ``realtime``
     pushes and pulls over the gateway's WebSocket, which also brings other writers' rows as
-    they commit (:class:`WebSocketTransport`); otherwise HTTP.
+    they commit (:class:`WebSocketTransport`); otherwise HTTP. While the socket is open the
+    client also pulls from its cursor every ``heartbeat_s`` seconds (``None``: never), the
+    safety net for a broadcast that never arrived.
     """
 
     url: str
@@ -54,6 +56,7 @@ class GatewayConfig:
     timeout_s: float = 10.0
     retries: int = 2
     realtime: bool = False
+    heartbeat_s: float | None = HEARTBEAT_S
 
 
 class LakeSyncClient:
@@ -117,7 +120,7 @@ class LakeSyncClient:
         assert self.coordinator.actions is not None
         return self.coordinator.actions
 
-    def action(
+    def execute_action(
         self,
         connector: str,
         action_type: str,
@@ -203,6 +206,7 @@ def _transport_for(gateway: GatewayConfig) -> Transport:
         get_token=gateway.get_token,
         timeout_s=gateway.timeout_s,
         http=http,
+        heartbeat_s=gateway.heartbeat_s,
     )
 
 

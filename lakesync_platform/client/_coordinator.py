@@ -12,6 +12,9 @@ coordinator (PROTOCOL.md §12), on purpose:
 * ``hasMore`` is honoured;
 * conflicts with unpushed local writes are resolved per column from the local stamps
   (:mod:`._applier`), not by comparing whole deltas with the last queued one;
+* once the gateway answers again after an outage (the first successful pull or push), outbox
+  entries backing off because it could not be reached are due at once, so the same
+  ``sync_once`` pushes them all; entries it refused keep their backoff;
 * a batch the gateway rejects as malformed is bisected so one bad delta cannot hold back the
   others; dead-lettered entries stay visible (:meth:`SyncCoordinator.dead_letters`) and are
   reported through ``on_error`` — never dropped silently.
@@ -134,6 +137,9 @@ class SyncCoordinator:
         self._checkpoint_tried = False
         self._last_sync_ms: int | None = state.last_sync_ms
         self._last_dead = 0
+        # True until a request succeeds: entries a previous run left backing off from an
+        # outage are released by the first answer too.
+        self._outage = True
         self._changes = _Listeners[frozenset[str]]("on_change")
         self._completes = _Listeners[SyncReport]("on_sync_complete")
         self._errors = _Listeners[BaseException]("on_error")
@@ -142,7 +148,7 @@ class SyncCoordinator:
         self._wake = threading.Event()
         if isinstance(transport, RealtimeTransport):
             transport.on_broadcast(self.apply_broadcast)
-            transport.on_connect(self._pull_after_connect)
+            transport.on_resync(self._resync)
 
     # ---------------------------------------------------------------- events
 
@@ -257,6 +263,7 @@ class SyncCoordinator:
             if self._state.cursor == 0 and not self._checkpoint_tried:
                 received += self._initial_sync()
             received += self._pull_pages(None)
+            self._answered()
             self._synced()
             return received
 
@@ -269,14 +276,14 @@ class SyncCoordinator:
         with self._sync_lock:
             self._apply(rows, max(self._state.cursor, server_hlc))
 
-    def _pull_after_connect(self) -> None:
-        """After a (re)connection: pull what was broadcast while the socket was down."""
+    def _resync(self) -> None:
+        """After a (re)connection or on a heartbeat: pull what no broadcast brought."""
         if self.sync_mode == "push_only":
             return
         try:
             self.pull()
         except Exception as exc:
-            log.info("pull after connecting failed: %s", exc)
+            log.info("resync pull failed: %s", exc)
             self._errors.emit(exc)
 
     def pull_from(self, source: str) -> int:
@@ -333,14 +340,27 @@ class SyncCoordinator:
                 second = self._send(batch[mid:])
                 return first[0] + second[0], first[1] + second[1]
             delay = exc.retry_after * 1000 if isinstance(exc, RateLimitedError) else 0
-            dead = self._outbox.nack(ids, self._clock(), str(exc), self.max_retries, delay)
+            unreachable = isinstance(exc, TransportError) and exc.status is None
+            self._outage = self._outage or unreachable
+            dead = self._outbox.nack(
+                ids, self._clock(), str(exc), self.max_retries, delay, unreachable=unreachable
+            )
             if dead:
                 self._dead(dead, exc)
             raise
         with self._db.transaction():  # forget the entries, remember their stamps
             self._outbox.ack(ids)
             self._state.hlc_high = encode(*self._hlc.state)
+        self._answered()
         return len(ids), 0
+
+    def _answered(self) -> None:
+        """A request succeeded: if it ends an outage, entries backing off from it are due."""
+        if self._outage:
+            self._outage = False
+            released = self._outbox.end_outage()
+            if released:
+                log.info("gateway answers again: %d outbox entries due now", released)
 
     def push(self) -> int:
         """Push every due outbox entry in batches; returns how many were acknowledged.

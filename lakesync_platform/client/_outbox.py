@@ -12,6 +12,10 @@ An entry is deleted only after the gateway acknowledged it. Entries found ``send
 outbox opens (the process died mid-push) go back to ``pending`` and are re-sent with the same
 ``deltaId`` — the gateway deduplicates them. Dead entries stay until the application requeues or
 discards them (:meth:`Outbox.requeue_dead`, :meth:`Outbox.discard_dead`).
+
+A nack records whether the gateway could not be reached (``unreachable``) or answered with a
+refusal. Once it answers again, :meth:`Outbox.end_outage` makes the first kind due at once,
+while refused entries keep their backoff (the gateway asked for it).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ OUTBOX_DDL = (
     "id INTEGER PRIMARY KEY AUTOINCREMENT, delta_id TEXT NOT NULL, tbl TEXT NOT NULL, "
     "row_id TEXT NOT NULL, hlc INTEGER NOT NULL, delta BLOB NOT NULL, "
     "status TEXT NOT NULL DEFAULT 'pending', retry_count INTEGER NOT NULL DEFAULT 0, "
-    "retry_after INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, last_error TEXT)",
+    "retry_after INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, last_error TEXT, "
+    "unreachable INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS _lakesync_outbox_status ON _lakesync_outbox (status, id)",
 )
 
@@ -101,6 +106,11 @@ class Outbox:
         with self._db.transaction():
             for ddl in OUTBOX_DDL:
                 self._db.exec(ddl)
+            columns = self._db.query_tuples("PRAGMA table_info(_lakesync_outbox)")
+            if "unreachable" not in {c[1] for c in columns}:  # a file of an earlier version
+                self._db.exec(
+                    "ALTER TABLE _lakesync_outbox ADD COLUMN unreachable INTEGER NOT NULL DEFAULT 0"
+                )
             self._db.exec("UPDATE _lakesync_outbox SET status = 'pending' WHERE status = 'sending'")
 
     def add(self, delta: RowDelta, now_ms: int) -> None:
@@ -158,9 +168,17 @@ class Outbox:
                 )
 
     def nack(
-        self, ids: Sequence[int], now_ms: int, error: str, max_retries: int, min_delay_ms: int = 0
+        self,
+        ids: Sequence[int],
+        now_ms: int,
+        error: str,
+        max_retries: int,
+        min_delay_ms: int = 0,
+        *,
+        unreachable: bool = False,
     ) -> list[int]:
-        """Count a failed attempt and schedule the retry; returns the ids that went dead."""
+        """Count a failed attempt and schedule the retry; returns the ids that went dead.
+        ``unreachable``: the gateway was not reached (not a refusal it answered)."""
         if not ids:
             return []
         with self._db.transaction():
@@ -173,13 +191,13 @@ class Outbox:
                 count = retries + 1
                 if count >= max_retries:
                     dead.append(id_)
-                    updates.append(("dead", count, now_ms, error, id_))
+                    updates.append(("dead", count, now_ms, error, 0, id_))
                 else:
                     delay = max(backoff_ms(count), min_delay_ms)
-                    updates.append(("pending", count, now_ms + delay, error, id_))
+                    updates.append(("pending", count, now_ms + delay, error, unreachable, id_))
             self._db.exec_many(
                 "UPDATE _lakesync_outbox SET status = ?, retry_count = ?, retry_after = ?, "
-                "last_error = ? WHERE id = ?",
+                "last_error = ?, unreachable = ? WHERE id = ?",
                 updates,
             )
             return dead
@@ -222,6 +240,15 @@ class Outbox:
             return self._db.exec(
                 "UPDATE _lakesync_outbox SET retry_after = 0 "
                 "WHERE status = 'pending' AND retry_after > 0"
+            )
+
+    def end_outage(self) -> int:
+        """The gateway answers again: entries backing off because it could not be reached
+        become due now (refused ones keep their backoff); returns how many."""
+        with self._db.transaction():
+            return self._db.exec(
+                "UPDATE _lakesync_outbox SET retry_after = 0, unreachable = 0 "
+                "WHERE status = 'pending' AND unreachable = 1"
             )
 
     def requeue_dead(self, ids: Sequence[int] | None = None) -> int:

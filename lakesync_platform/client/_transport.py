@@ -65,14 +65,15 @@ class Checkpoint:
 @runtime_checkable
 class RealtimeTransport(Protocol):
     """A transport the gateway also pushes rows through (the WebSocket one): the sync engine
-    applies ``on_broadcast`` rows as they come and pulls after every ``on_connect``."""
+    applies ``on_broadcast`` rows as they come and pulls on every ``on_resync``."""
 
     def on_broadcast(self, listener: Callable[[list[RemoteRow], int], None]) -> None:
         """Call ``listener(rows, server_hlc)`` for every broadcast."""
         ...
 
-    def on_connect(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` after every (re)connection."""
+    def on_resync(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` when the client should pull from its cursor: after every
+        (re)connection, and periodically while connected (the heartbeat)."""
         ...
 
 

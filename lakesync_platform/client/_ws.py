@@ -6,8 +6,11 @@ or pull (``0x02``) is answered by the next untagged message, and ``0x03`` frames
 the waiting request, broadcasts to a second thread that hands them to the ``on_broadcast``
 listeners (the sync engine applies them; a listener may itself send requests, the reader keeps
 reading meanwhile). When the socket drops, the reader reconnects with backoff (1 s doubling to
-30 s, reset once connected) and tells the ``on_connect`` listeners, which pull from the
-client's cursor — what was broadcast while it was away is not lost.
+30 s, reset once connected) and tells the ``on_resync`` listeners, which pull from the
+client's cursor — what was broadcast while it was away is not lost. While connected, they are
+told again every ``heartbeat_s`` (the heartbeat pull): a safety net that brings, within one
+interval, a row whose broadcast never arrived (a frame lost to a bug, a commit the gateway
+has not noticed yet); the pull from the cursor costs one small reply when nothing is missing.
 
 Rows arrive in the gateway's unstamped encoding (the TS client's: a ``DELETE`` stamped 0 then
 the full row as ``INSERT`` stamped with the row's newest stamp, or a ``DELETE`` of a row gone
@@ -25,6 +28,7 @@ import functools
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Literal, cast
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -48,7 +52,13 @@ from ._http import HttpTransport
 from ._transport import Checkpoint, PullResponse, PushAck
 from ._wire import RemoteColumn, RemoteRow
 
-__all__ = ["RECONNECT_BASE_S", "RECONNECT_MAX_S", "WebSocketTransport", "remote_rows"]
+__all__ = [
+    "HEARTBEAT_S",
+    "RECONNECT_BASE_S",
+    "RECONNECT_MAX_S",
+    "WebSocketTransport",
+    "remote_rows",
+]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +66,8 @@ RECONNECT_BASE_S = 1.0
 """First reconnect delay; it doubles after each failed attempt."""
 RECONNECT_MAX_S = 30.0
 """Longest reconnect delay."""
+HEARTBEAT_S = 30.0
+"""Seconds between heartbeat pulls while connected."""
 _POLICY_VIOLATION = 1008
 
 BroadcastListener = Callable[[list[RemoteRow], int], None]
@@ -102,7 +114,8 @@ def _socket_url(url: str, gateway_id: str, api_prefix: str) -> str:
 class WebSocketTransport:
     """A :class:`~lakesync_platform.client.Transport` over the gateway's WebSocket, with live
     broadcasts (see the module docstring). ``http`` answers checkpoints and refused requests;
-    the socket opens on a background thread at once."""
+    the socket opens on a background thread at once. ``heartbeat_s=None`` turns the heartbeat
+    pull off."""
 
     def __init__(
         self,
@@ -116,7 +129,10 @@ class WebSocketTransport:
         http: HttpTransport | None = None,
         reconnect_base_s: float = RECONNECT_BASE_S,
         reconnect_max_s: float = RECONNECT_MAX_S,
+        heartbeat_s: float | None = HEARTBEAT_S,
     ) -> None:
+        if heartbeat_s is not None and heartbeat_s <= 0:
+            raise ValueError(f"heartbeat_s must be > 0 (or None), not {heartbeat_s!r}")
         self.url = _socket_url(url, gateway_id, api_prefix)
         self.http = http or HttpTransport(
             url, gateway_id, token=token, get_token=get_token, timeout_s=timeout_s
@@ -126,6 +142,7 @@ class WebSocketTransport:
         self._timeout_s = timeout_s
         self._base_s = reconnect_base_s
         self._max_s = reconnect_max_s
+        self._heartbeat_s = heartbeat_s
         self._ws: ClientConnection | None = None
         self._connected = threading.Event()
         self._closing = threading.Event()
@@ -134,7 +151,7 @@ class WebSocketTransport:
         self._waiting = False
         self._events: queue.Queue[tuple[list[RemoteRow], int] | None] = queue.Queue()
         self._broadcast_listeners: list[BroadcastListener] = []
-        self._connect_listeners: list[Callable[[], None]] = []
+        self._resync_listeners: list[Callable[[], None]] = []
         self.attempts = 0
         """Failed connection attempts since the last success (the backoff's exponent)."""
         self._reader = threading.Thread(target=self._read, name="lakesync-ws-read", daemon=True)
@@ -150,9 +167,10 @@ class WebSocketTransport:
         """Call ``listener(rows, server_hlc)`` for every broadcast, in arrival order."""
         self._broadcast_listeners.append(listener)
 
-    def on_connect(self, listener: Callable[[], None]) -> None:
-        """Call ``listener()`` after every (re)connection, on the broadcast thread."""
-        self._connect_listeners.append(listener)
+    def on_resync(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every (re)connection and every ``heartbeat_s`` while
+        connected, on the broadcast thread."""
+        self._resync_listeners.append(listener)
 
     @property
     def connected(self) -> bool:
@@ -254,7 +272,7 @@ class WebSocketTransport:
                     self._ws = ws
                     self.attempts = 0
                     self._connected.set()
-                    self._events.put(([], -1))  # marker: (re)connected
+                    self._events.put(([], -1))  # marker: (re)connected, pull
                     try:
                         self._receive(ws)
                     finally:
@@ -290,14 +308,28 @@ class WebSocketTransport:
                 self._replies.put(TransportError(f"WebSocket closed ({close}) {reason}".strip()))
 
     def _dispatch(self) -> None:
+        hb = self._heartbeat_s
+
+        def next_beat() -> float | None:
+            return None if hb is None else time.monotonic() + hb
+
+        beat_at = next_beat()
         while True:
-            event = self._events.get()
+            try:
+                timeout = None if beat_at is None else max(beat_at - time.monotonic(), 0.0)
+                event = self._events.get(timeout=timeout)
+            except queue.Empty:  # heartbeat due; while disconnected, the reconnection pulls
+                beat_at = next_beat()
+                if not self._connected.is_set():
+                    continue
+                event = ([], -1)
             if event is None:
                 return
             rows, server_hlc = event
             calls: list[Callable[[], None]]
             if server_hlc < 0:
-                calls = list(self._connect_listeners)
+                beat_at = next_beat()
+                calls = list(self._resync_listeners)
             else:
                 calls = [
                     functools.partial(fn, rows, server_hlc) for fn in self._broadcast_listeners

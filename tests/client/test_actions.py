@@ -49,17 +49,17 @@ def test_an_action_runs_at_once_and_is_discoverable(
         assert described["hooks"][0]["paramsSchema"]["required"] == ["text"]
         done: list[tuple[str, object]] = []
         client.on_action_complete(lambda aid, result: done.append((aid, result)))
-        result = client.action("hooks", "notify", {"text": "now"}, idempotency_key="c-1")
+        result = client.execute_action("hooks", "notify", {"text": "now"}, idempotency_key="c-1")
         assert isinstance(result, ActionResult)
         assert result.data == {"received": 1, "params": {"text": "now"}}
         assert done == [(result.action_id, result)]
         assert client.action_result(result.action_id) == result
         assert client.pending_actions() == []
         # The same idempotency key again: the gateway answers with the stored result.
-        again = client.action("hooks", "notify", {"text": "again"}, idempotency_key="c-1")
+        again = client.execute_action("hooks", "notify", {"text": "again"}, idempotency_key="c-1")
         assert isinstance(again, ActionResult) and again.data == result.data
         assert hook.count("/ok", "c-1") == 1
-        refused = client.action("hooks", "notify", {"text": 5})
+        refused = client.execute_action("hooks", "notify", {"text": 5})
         assert isinstance(refused, ActionErrorResult)
         assert refused.code == "ACTION_VALIDATION_ERROR"
 
@@ -69,7 +69,7 @@ def test_a_retryable_answer_stays_queued_and_is_sent_again(
 ) -> None:
     clock = ManualClock()
     with open_client(gateway.url, tmp_path / "c.db", clock) as client:
-        assert client.action("flaky", "notify", {}) is None  # the hook answered 503
+        assert client.execute_action("flaky", "notify", {}) is None  # the hook answered 503
         [entry] = client.pending_actions()
         assert entry.retry_count == 1 and "503" in (entry.last_error or "")
         clock.advance(5_000)  # past the backoff
@@ -84,7 +84,10 @@ def test_offline_actions_wait_in_the_local_database(hook: Hook, tmp_path: Path) 
     clock = ManualClock()
     path = tmp_path / "c.db"
     with open_client(f"http://127.0.0.1:{port}", path, clock) as client:
-        assert client.action("hooks", "notify", {"text": "offline"}, idempotency_key="off") is None
+        assert (
+            client.execute_action("hooks", "notify", {"text": "offline"}, idempotency_key="off")
+            is None
+        )
         [queued] = client.pending_actions()
     # The client restarts, the gateway comes up: the next sync sends the action, once.
     with (

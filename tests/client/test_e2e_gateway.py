@@ -9,6 +9,7 @@ state (read straight from the WAL).
 from __future__ import annotations
 
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from lakesync_platform.client import (
 )
 from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.errors import AuthError, ForbiddenError
-from lakesync_platform.testing import GatewayProcess
+from lakesync_platform.testing import GatewayProcess, ManualClock
 from tests.helpers import SECRET, token
 
 from .conftest import TODOS, LiveGateway, local_rows
@@ -231,6 +232,40 @@ def test_gateway_down_writes_stay_local_then_everything_syncs(tmp_path: Path) ->
     finally:
         a.close()
         b.close()
+        process.stop()
+
+
+def test_the_first_sync_after_an_outage_pushes_everything(tmp_path: Path) -> None:
+    gw = "gw_outage"
+    process = GatewayProcess(
+        tmp_path / "gw", SECRET, wal_url=f"sqlite:///{tmp_path / 'wal.db'}"
+    ).start()
+    clock = ManualClock(int(time.time() * 1000))  # frozen: no backoff runs out by itself
+    config = GatewayConfig(process.url, gw, token=token("a", gw), retries=0, timeout_s=2.0)
+    a = create_client(
+        name="a",
+        client_id="a",
+        schemas=[TODOS],
+        path=tmp_path / "a.db",
+        auto_sync_ms=0,
+        gateway=config,
+        clock=clock,
+    )
+    try:
+        a.sync_once()
+        process.stop()
+        for i in range(5):
+            a.tracker.insert("todos", f"o{i}", {"title": f"offline {i}"})
+        with pytest.raises(TransportError):
+            a.sync_once()
+        assert [e.retry_count for e in a.coordinator.pending()] == [1] * 5
+        assert a.coordinator.push() == 0  # backing off
+        process.start()
+        assert a.sync_once().pushed == 5  # no retry_now, no waiting
+        assert a.coordinator.queue_depth() == 0
+        assert sorted(local_rows(a)) == [f"o{i}" for i in range(5)]
+    finally:
+        a.close()
         process.stop()
 
 

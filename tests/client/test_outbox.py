@@ -83,6 +83,39 @@ def test_nack_honours_a_minimum_delay(outbox: Outbox) -> None:
     assert outbox.entries()[0].retry_after == 45_000
 
 
+def test_end_outage_makes_unreachable_entries_due_and_keeps_refusals_backing_off(
+    outbox: Outbox,
+) -> None:
+    for i in range(3):
+        outbox.add(_delta(i), now_ms=0)
+    lost, refused, down = outbox.take_batch(0, 10, 10**6)
+    outbox.nack([lost.id, down.id], 0, "connect failed", max_retries=10, unreachable=True)
+    outbox.nack([refused.id], 0, "429", max_retries=10, min_delay_ms=45_000)
+    assert outbox.take_batch(0, 10, 10**6) == []
+    assert outbox.end_outage() == 2
+    assert [e.id for e in outbox.take_batch(0, 10, 10**6)] == [lost.id, down.id]
+    assert outbox.entries("pending")[0].retry_after == 45_000  # the gateway's refusal stands
+    assert outbox.end_outage() == 0  # the outage already ended
+
+
+def test_a_file_of_an_earlier_version_gains_the_unreachable_column(tmp_path: Path) -> None:
+    db = LocalDB.open(tmp_path / "old.db")
+    db.exec(  # the outbox table as earlier versions created it
+        "CREATE TABLE _lakesync_outbox ("
+        "id INTEGER PRIMARY KEY AUTOINCREMENT, delta_id TEXT NOT NULL, tbl TEXT NOT NULL, "
+        "row_id TEXT NOT NULL, hlc INTEGER NOT NULL, delta BLOB NOT NULL, "
+        "status TEXT NOT NULL DEFAULT 'pending', retry_count INTEGER NOT NULL DEFAULT 0, "
+        "retry_after INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, last_error TEXT)"
+    )
+    box = Outbox(db)
+    box.add(_delta(1), now_ms=0)
+    box.create()
+    (entry,) = box.take_batch(0, 10, 10**6)
+    box.nack([entry.id], 0, "connect failed", max_retries=10, unreachable=True)
+    assert box.end_outage() == 1 and box.entries()[0].delta == _delta(1)
+    db.close()
+
+
 def test_requeue_and_discard_dead(outbox: Outbox) -> None:
     for i in range(3):
         outbox.add(_delta(i), now_ms=0)

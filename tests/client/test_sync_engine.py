@@ -124,6 +124,22 @@ def test_offline_writes_back_off_then_sync(
     assert server_rows(service) == {"t1": {"title": "written offline"}}
 
 
+def test_once_the_gateway_answers_again_outage_backoffs_end(
+    make_client: ClientFactory, clock: ManualClock, service: SyncService
+) -> None:
+    a = make_client("alice", flaky=True)
+    _flaky(a).offline = True
+    for i in range(3):
+        a.tracker.insert("todos", f"t{i}", {"title": f"offline {i}"})
+    with pytest.raises(TransportError):
+        a.sync_once()
+    assert all(e.retry_after > clock() for e in a.coordinator.pending())
+    _flaky(a).offline = False
+    # No clock advance: the pull that succeeds ends the outage, the push sends everything.
+    assert a.sync_once().pushed == 3
+    assert sorted(server_rows(service)) == ["t0", "t1", "t2"]
+
+
 def test_lost_push_response_is_retried_without_duplicates(
     make_client: ClientFactory, clock: ManualClock, service: SyncService
 ) -> None:
@@ -229,6 +245,8 @@ def test_rate_limit_waits_at_least_retry_after(
     a.tracker.insert("todos", "t1", {"title": "x"})
     with pytest.raises(RateLimitedError):
         a.sync_once()
+    assert a.coordinator.pending()[0].retry_after == clock() + 45_000
+    a.sync_once()  # the gateway answers the pull: its refusal still stands
     assert a.coordinator.pending()[0].retry_after == clock() + 45_000
 
 

@@ -23,7 +23,9 @@ from lakesync_platform.client import (
 )
 from lakesync_platform.core.errors import ClockDriftError
 from lakesync_platform.core.hlc import encode
+from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
+from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import SECRET, make_delta, token
 
 from .conftest import TODOS, LiveGateway, local_rows
@@ -154,4 +156,44 @@ def test_after_an_outage_the_client_reconnects_and_pulls_what_it_missed(
         for client in (writer, reader):
             if client is not None:
                 client.close()
+        proc.stop()
+
+
+def test_the_heartbeat_pull_brings_a_row_no_broadcast_announced(tmp_path: Path, gw: str) -> None:
+    wal_url = f"sqlite:///{tmp_path / 'wal.db'}"
+    # The gateway reads the WAL's head once an hour: a commit by another process is not
+    # broadcast within this test; only the clients' own pulls can bring it.
+    proc = GatewayProcess(
+        tmp_path / "gw", SECRET, wal_url=wal_url, extra_args=["--ws-poll-interval", "3600"]
+    ).start()
+    wal = WriteAheadLog.open(wal_url)
+    made: list[LakeSyncClient] = []
+    try:
+        for name, heartbeat_s in (("beating", 0.3), ("silent", None)):
+            config = GatewayConfig(
+                proc.url, gw, token=token(name, gw), realtime=True, heartbeat_s=heartbeat_s
+            )
+            made.append(
+                create_client(
+                    name=name,
+                    client_id=name,
+                    schemas=[TODOS],
+                    path=tmp_path / f"{name}.db",
+                    gateway=config,
+                    auto_sync_ms=0,
+                )
+            )
+            transport = made[-1].transport
+            assert isinstance(transport, WebSocketTransport) and transport.wait_connected(10)
+        beating, silent = made
+        service = SyncService(wal, lambda: time.time_ns() // 1_000_000)
+        now = encode(int(time.time() * 1000), 0)
+        service.push(gw, "elsewhere", [make_delta("elsewhere", now, "todos", "x1", {"title": "x"})])
+        wait_for(lambda: local_rows(beating).get("x1") == {"title": "x"}, timeout=5)
+        assert "x1" not in local_rows(silent)  # no broadcast came: the heartbeat brought it
+        assert proc.proc is not None and proc.proc.poll() is None
+    finally:
+        for client in made:
+            client.close()
+        wal.close()
         proc.stop()
