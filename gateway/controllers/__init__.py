@@ -3,6 +3,8 @@ connectors, and meta routes."""
 
 from __future__ import annotations
 
+from litestar.types import ControllerRouterHandler
+
 from .actions import ActionController
 from .admin import AdminController
 from .connectors import ConnectorsController
@@ -20,7 +22,7 @@ __all__ = [
     "sync_socket",
 ]
 
-CONTROLLERS = [
+CONTROLLERS: list[ControllerRouterHandler] = [
     MetaController,
     SyncController,
     ActionController,

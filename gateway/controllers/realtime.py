@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from litestar import WebSocket, websocket
+from litestar.types import WebSocketAcceptEvent, WebSocketResponseStartEvent
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
@@ -81,13 +82,24 @@ def _authorization(ws: WebSocket[Any, Any, Any]) -> str:
 
 async def _deny(ws: WebSocket[Any, Any, Any], status: int, error: LakeSyncError, code: int) -> None:
     """Refuse the upgrade: an HTTP answer where the server can send one, else a close."""
-    if "websocket.http.response" not in ws.scope.get("extensions", {}):
-        await ws.send({"type": "websocket.accept", "subprotocol": None, "headers": []})
+    extensions: dict[str, Any] = ws.scope.get("extensions") or {}
+    if "websocket.http.response" not in extensions:
+        accept: WebSocketAcceptEvent = {
+            "type": "websocket.accept",
+            "subprotocol": None,
+            "headers": [],
+        }
+        await ws.send(accept)
         await ws.close(code, error.message[:120])
         return
     body = msgspec.json.encode(ErrorBody(error.message, error.code))
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await ws.send({"type": "websocket.http.response.start", "status": status, "headers": headers})
+    start: WebSocketResponseStartEvent = {
+        "type": "websocket.http.response.start",
+        "status": status,
+        "headers": headers,
+    }
+    await ws.send(start)
     await ws.send({"type": "websocket.http.response.body", "body": body})
 
 
