@@ -222,7 +222,7 @@ async def idle(proc: GatewayProcess, steps: list[int]) -> list[dict[str, Any]]:
     """Open idle sockets up to each step and record the gateway's RSS; stop at a refusal."""
     assert proc.proc is not None
     pid = proc.proc.pid
-    out = [{"connections": 0, "rss_bytes": rss_bytes(pid)}]
+    out: list[dict[str, Any]] = [{"connections": 0, "rss_bytes": rss_bytes(pid)}]
     sockets: list[ClientConnection] = []
     try:
         for step in sorted(steps):
