@@ -11,7 +11,8 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   every receiving socket the time from the push's acknowledgement (and from sending it) to the
   ``0x03`` frame — p50 and p99 over all deliveries, and the median over rounds of each round's
   p50 and p99. Every size is measured with the client offering per-message deflate (the
-  ``websockets`` default, which uvicorn accepts) and without it (``--compression``);
+  ``websockets`` default; a gateway that negotiates it compresses every frame) and without it
+  (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
 * **push throughput**: ``--throughput`` pushes of one delta each, sent one after the other,
