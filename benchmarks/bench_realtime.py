@@ -1,30 +1,53 @@
-"""The realtime feed: broadcast fan-out latency, and push over the WebSocket against HTTP.
+"""The realtime feed: broadcast latency at scale, idle connections per process, and push and
+actions over the WebSocket against HTTP.
 
-Starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data directory)
-and measures, in one run:
+Raises this process's open-files limit to its hard limit (the gateway, a child, inherits it),
+starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data directory,
+``--ws-max-connections`` above the largest idle step) and measures, in one run:
 
-* **fan-out latency** for N = 10 and 100 connected sockets (``--fanout``): one more socket
-  pushes a row at a time (``--pushes``, sequentially, each after every socket got the previous
-  one); for every receiving socket the time from sending the push to the broadcast frame that
-  carries the row, and from the push's acknowledgement to that frame — p50 and p99 over all
-  deliveries;
+* **broadcast latency** to N connected sockets (``--fanout``, default 10, 100 and 1 000), each
+  opened by this process on one asyncio event loop with its own token: one more socket pushes
+  one delta at a time (``--pushes`` rounds, each after every socket got the previous one); for
+  every receiving socket the time from the push's acknowledgement (and from sending it) to the
+  ``0x03`` frame — p50 and p99 over all deliveries, and the median over rounds of each round's
+  p50 and p99. Every size is measured with the client offering per-message deflate (the
+  ``websockets`` default; a gateway that negotiates it compresses every frame) and without it
+  (``--compression``);
+* **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
+  step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
 * **push throughput**: ``--throughput`` pushes of one delta each, sent one after the other,
-  over one WebSocket and over one HTTP keep-alive connection, on gateway ids without sockets.
+  over one WebSocket and over one HTTP keep-alive connection, on gateway ids without sockets;
+* **actions**: ``--actions`` actions of a declared ``webhook`` connector (against an HTTP
+  server in this process) one after the other over one WebSocket (``0x04`` → ``0x05``) and
+  over ``POST /v1/sync/{gw}/action``, fresh and then again (duplicates, answered from the
+  stored result).
 
-Prints a table and writes ``benchmarks/results/realtime.json`` (``--out``).
+The figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms
+from acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS).
+Receive times are taken on the benchmark's one event loop, so at 1 000 sockets they include
+this process's own queueing behind the other sockets' frames.
+
+Prints tables and writes ``benchmarks/results/realtime.json`` (``--out``).
 
 Usage (from the repository root):
-    .venv/bin/python benchmarks/bench_realtime.py                        # ~1 min
-    .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 1000 --pushes 50
+    .venv/bin/python benchmarks/bench_realtime.py                                   # ~3 min
+    .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 --pushes 10 --idle 500 1000 \
+        --throughput 100 --actions 100                                              # quick
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
+import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +58,17 @@ from websockets.asyncio.client import ClientConnection, connect
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from benchmarks.harness.snapshot import git_info
 from benchmarks.harness.stats import pct
+from lakesync_platform.core.actions import Action, ActionResult
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import delta_id
+from lakesync_platform.core.ids import action_id, delta_id
 from lakesync_platform.core.proto import (
+    TAG_ACTION_PUSH,
+    TAG_ACTION_RESPONSE,
     TAG_BROADCAST,
     TAG_SYNC_PUSH,
-    decode_sync_response,
+    decode_action_response,
+    encode_action_push,
     encode_sync_push,
     frame,
 )
@@ -49,6 +76,33 @@ from lakesync_platform.core.wire import delta_to_wire
 from lakesync_platform.testing import GatewayProcess, dev_token
 
 SECRET = "bench-realtime-secret"
+ACTS = "acts"
+DEFS = """
+gateway: acts
+actions:
+  - connector: hooks
+    kind: webhook
+    url: "http://127.0.0.1:${HOOK_PORT}/ok"
+    retries: 0
+    types:
+      notify: {description: Post to the hook}
+"""
+GIB = 1 << 30
+
+
+def raise_open_files() -> int:
+    """Raise the soft open-files limit to the hard one; children inherit it."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def rss_bytes(pid: int) -> int:
+    """The resident set size of process ``pid`` (``VmRSS`` in ``/proc/PID/status``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def make_delta(client: str, row_id: str, n: int) -> RowDelta:
@@ -65,30 +119,69 @@ def socket_url(proc: GatewayProcess, gw: str, sub: str) -> str:
     return f"ws://127.0.0.1:{proc.port}/v1/sync/{gw}/ws?token={dev_token(sub, gw, SECRET)}"
 
 
-async def receive(ws: ClientConnection, arrivals: dict[str, float]) -> None:
-    """Record when each row first arrives by broadcast."""
+async def open_sockets(
+    proc: GatewayProcess, gw: str, subs: list[str], into: list[ClientConnection], deflate: bool
+) -> None:
+    """Open one socket per subject into ``into``, 100 handshakes at a time, without keepalive
+    pings; the first failed handshake is raised once its batch is done."""
+    for i in range(0, len(subs), 100):
+        opened = await asyncio.gather(
+            *(
+                connect(
+                    socket_url(proc, gw, sub),
+                    max_size=None,
+                    compression="deflate" if deflate else None,
+                    ping_interval=None,
+                    open_timeout=60,
+                )
+                for sub in subs[i : i + 100]
+            ),
+            return_exceptions=True,
+        )
+        into += [ws for ws in opened if isinstance(ws, ClientConnection)]
+        for failed in opened:
+            if isinstance(failed, BaseException):
+                raise failed
+
+
+class Round:
+    """Arrival times of the current round's broadcast, one per socket."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.times: list[float] = []
+        self.done = asyncio.Event()
+
+    def arrived(self, now: float) -> None:
+        self.times.append(now)
+        if len(self.times) == self.n:
+            self.done.set()
+
+
+async def receive(ws: ClientConnection, state: dict[str, Round]) -> None:
+    """Record when each broadcast arrives (one delta per round, so no need to decode it)."""
     async for message in ws:
         now = time.perf_counter()
-        assert isinstance(message, bytes)
-        if message[0] != TAG_BROADCAST:
-            continue
-        for d in decode_sync_response(message[1:])[0]:
-            arrivals.setdefault(d.row_id, now)
+        if message[0] == TAG_BROADCAST:
+            state["round"].arrived(now)
 
 
-async def fanout(proc: GatewayProcess, n: int, pushes: int) -> dict[str, Any]:
+async def fanout(proc: GatewayProcess, n: int, pushes: int, deflate: bool) -> dict[str, Any]:
     """Latencies of ``pushes`` broadcasts to ``n`` sockets."""
-    gw = f"fanout{n}"
-    sockets = [await connect(socket_url(proc, gw, f"r{i}"), max_size=None) for i in range(n)]
-    arrivals: list[dict[str, float]] = [{} for _ in sockets]
-    tasks = [asyncio.create_task(receive(ws, a)) for ws, a in zip(sockets, arrivals, strict=True)]
+    gw = f"fanout{n}{'z' if deflate else 'p'}"
+    sockets: list[ClientConnection] = []
+    await open_sockets(proc, gw, [f"r{i}" for i in range(n)], sockets, deflate)
+    state = {"round": Round(n)}
+    tasks = [asyncio.create_task(receive(ws, state)) for ws in sockets]
     from_send: list[float] = []
     from_ack: list[float] = []
+    round_p50: list[float] = []
+    round_p99: list[float] = []
     async with connect(socket_url(proc, gw, "pusher"), max_size=None) as pusher:
         for k in range(pushes):
-            row = f"p{k}"
+            current = state["round"] = Round(n)
             data = frame(
-                TAG_SYNC_PUSH, encode_sync_push("pusher", [make_delta("pusher", row, k)], 0)
+                TAG_SYNC_PUSH, encode_sync_push("pusher", [make_delta("pusher", f"p{k}", k)], 0)
             )
             sent = time.perf_counter()
             await pusher.send(data)
@@ -98,25 +191,62 @@ async def fanout(proc: GatewayProcess, n: int, pushes: int) -> dict[str, Any]:
                 if reply[0] != TAG_BROADCAST:
                     break
             acked = time.perf_counter()
-            deadline = acked + 30
-            while not all(row in a for a in arrivals):
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"broadcast of {row} did not reach every socket")
-                await asyncio.sleep(0.001)
-            for a in arrivals:
-                from_send.append((a[row] - sent) * 1000)
-                from_ack.append(max(a[row] - acked, 0.0) * 1000)
+            try:
+                await asyncio.wait_for(current.done.wait(), 60)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"round {k}: {len(current.times)} of {n} sockets got the broadcast"
+                ) from None
+            lat = [max(t - acked, 0.0) * 1000 for t in current.times]
+            from_ack += lat
+            from_send += [(t - sent) * 1000 for t in current.times]
+            round_p50.append(pct(lat, 50))
+            round_p99.append(pct(lat, 99))
     for task in tasks:
         task.cancel()
-    for ws in sockets:
-        await ws.close()
+    await asyncio.gather(*(ws.close() for ws in sockets))
     return {
         "sockets": n,
+        "deflate": deflate,
         "pushes": pushes,
         "deliveries": len(from_send),
         "from_send_ms": {"p50": pct(from_send, 50), "p99": pct(from_send, 99)},
         "from_ack_ms": {"p50": pct(from_ack, 50), "p99": pct(from_ack, 99)},
+        "round_median_from_ack_ms": {
+            "p50": statistics.median(round_p50),
+            "p99": statistics.median(round_p99),
+        },
     }
+
+
+async def idle(proc: GatewayProcess, steps: list[int]) -> list[dict[str, Any]]:
+    """Open idle sockets up to each step and record the gateway's RSS; stop at a refusal."""
+    assert proc.proc is not None
+    pid = proc.proc.pid
+    out: list[dict[str, Any]] = [{"connections": 0, "rss_bytes": rss_bytes(pid)}]
+    sockets: list[ClientConnection] = []
+    try:
+        for step in sorted(steps):
+            started = time.perf_counter()
+            try:
+                subs = [f"i{i}" for i in range(len(sockets), step)]
+                await open_sockets(proc, "idle", subs, sockets, deflate=True)
+            except Exception as exc:  # the first refusal ends the climb
+                log(f"idle sockets: stopped before {step}: {exc!r}")
+                out.append({"connections": len(sockets), "error": repr(exc)})
+                break
+            await asyncio.sleep(1)  # let the gateway settle before reading its RSS
+            out.append(
+                {
+                    "connections": len(sockets),
+                    "rss_bytes": rss_bytes(pid),
+                    "open_s": time.perf_counter() - started,
+                }
+            )
+            log(f"idle sockets: {len(sockets)}, gateway RSS {out[-1]['rss_bytes'] / 2**20:.0f} MiB")
+    finally:
+        await asyncio.gather(*(ws.close() for ws in sockets), return_exceptions=True)
+    return out
 
 
 async def ws_throughput(proc: GatewayProcess, count: int) -> float:
@@ -145,50 +275,170 @@ def http_throughput(proc: GatewayProcess, count: int) -> float:
         return count / (time.perf_counter() - started)
 
 
+@contextmanager
+def serve_hook() -> Iterator[int]:
+    """An HTTP/1.1 server on a free loopback port answering every POST with ``{}``; yields
+    its port."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body leave in separate writes
+
+        def do_POST(self) -> None:  # http.server's naming
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def make_actions(client: str, n: int, salt: int) -> list[Action]:
+    """``n`` distinct ``hooks.notify`` actions of ``client``."""
+    out = []
+    for i in range(n):
+        params = {"i": i, "salt": salt}
+        aid = action_id(client, i + 1, "hooks", "notify", params)
+        out.append(Action(aid, client, i + 1, "hooks", "notify", params))
+    return out
+
+
+def timed_rate(latencies: list[float]) -> dict[str, float]:
+    """Actions per second and p50/p99 latency (ms) of sequential calls."""
+    return {
+        "per_s": len(latencies) / sum(latencies),
+        "p50_ms": pct(latencies, 50) * 1000,
+        "p99_ms": pct(latencies, 99) * 1000,
+    }
+
+
+async def ws_actions(proc: GatewayProcess, actions: list[Action]) -> list[float]:
+    """Send each action in its own ``0x04`` frame and wait for its ``0x05`` answer."""
+    client = actions[0].client_id
+    url = f"ws://127.0.0.1:{proc.port}/v1/sync/{ACTS}/ws?token={dev_token(client, ACTS, SECRET)}"
+    out = []
+    async with connect(url, max_size=None) as ws:
+        for act in actions:
+            started = time.perf_counter()
+            await ws.send(frame(TAG_ACTION_PUSH, encode_action_push(client, [act])))
+            while True:
+                reply = await ws.recv()
+                assert isinstance(reply, bytes)
+                if reply[0] == TAG_ACTION_RESPONSE:
+                    break
+            out.append(time.perf_counter() - started)
+            (result,), _ = decode_action_response(reply[1:])
+            if not isinstance(result, ActionResult):
+                raise RuntimeError(f"action failed over the WebSocket: {result}")
+    return out
+
+
+def http_actions(proc: GatewayProcess, actions: list[Action]) -> list[float]:
+    """Send each action in its own ``POST /v1/sync/{gw}/action``."""
+    client = actions[0].client_id
+    headers = {"Authorization": "Bearer " + dev_token(client, ACTS, SECRET)}
+    out = []
+    with httpx.Client(base_url=proc.url, headers=headers, timeout=60) as http:
+        for act in actions:
+            started = time.perf_counter()
+            body = {"clientId": client, "actions": [act.to_json()]}
+            response = http.post(f"/v1/sync/{ACTS}/action", json=body)
+            out.append(time.perf_counter() - started)
+            response.raise_for_status()
+            if "data" not in response.json()["results"][0]:
+                raise RuntimeError(f"action failed over HTTP: {response.text}")
+    return out
+
+
+def bench_actions(proc: GatewayProcess, n: int) -> dict[str, dict[str, float]]:
+    """Fresh then duplicate actions over each transport (distinct clients, so distinct ids)."""
+    over_ws = make_actions("ws-client", n, 1)
+    over_http = make_actions("http-client", n, 2)
+    return {
+        "websocket fresh": timed_rate(asyncio.run(ws_actions(proc, over_ws))),
+        "websocket duplicate": timed_rate(asyncio.run(ws_actions(proc, over_ws))),
+        "http fresh": timed_rate(http_actions(proc, over_http)),
+        "http duplicate": timed_rate(http_actions(proc, over_http)),
+    }
+
+
 def main() -> None:
-    """Run both measurements and report them."""
+    """Run every measurement on one gateway process and report them."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--fanout", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--fanout", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--pushes", type=int, default=30)
+    parser.add_argument(
+        "--compression",
+        choices=["both", "deflate", "none"],
+        default="both",
+        help="whether the fan-out sockets offer per-message deflate",
+    )
+    parser.add_argument("--idle", type=int, nargs="+", default=[1000, 2000, 5000, 10000])
     parser.add_argument("--throughput", type=int, default=500)
+    parser.add_argument("--actions", type=int, default=300)
     parser.add_argument("--out", type=Path, default=RESULTS / "realtime.json")
     args = parser.parse_args()
+    modes = {"both": [True, False], "deflate": [True], "none": [False]}[args.compression]
 
-    with tempfile.TemporaryDirectory(prefix="bench-realtime-") as tmp:
-        connections = str(max(args.fanout) + 10)
+    open_files = raise_open_files()
+    log(f"open-files limit {open_files} (this process and the gateway)")
+    with tempfile.TemporaryDirectory(prefix="bench-realtime-") as tmp, serve_hook() as port:
+        data = Path(tmp) / "gw"
+        (data / "defs").mkdir(parents=True)
+        (data / "defs" / "acts.yaml").write_text(DEFS)
+        connections = str(max([*args.fanout, *args.idle]) + 100)
         proc = GatewayProcess(
-            Path(tmp) / "gw",
+            data,
             SECRET,
-            # The throughput run sends far more than the default 50 messages/s per socket.
-            extra_args=["--ws-max-connections", connections, "--ws-rate-limit", "1000000"],
+            # The throughput runs send far more than the default 50 messages/s per socket.
+            extra_args=[
+                "--defs",
+                str(data / "defs"),
+                "--ws-max-connections",
+                connections,
+                "--ws-rate-limit",
+                "1000000",
+            ],
+            env={"HOOK_PORT": str(port)},
         ).start()
         try:
             fan = []
             for n in args.fanout:
-                log(f"fan-out to {n} sockets, {args.pushes} pushes")
-                fan.append(asyncio.run(fanout(proc, n, args.pushes)))
+                for deflate in modes:
+                    log(f"fan-out to {n} sockets (deflate {deflate}), {args.pushes} pushes")
+                    fan.append(asyncio.run(fanout(proc, n, args.pushes, deflate)))
+            log(f"idle sockets in steps {args.idle}")
+            held = asyncio.run(idle(proc, args.idle))
             log(f"push throughput, {args.throughput} pushes each way")
             http_rate = http_throughput(proc, args.throughput)
             ws_rate = asyncio.run(ws_throughput(proc, args.throughput))
+            log(f"actions, {args.actions} each way, fresh then duplicate")
+            acts = bench_actions(proc, args.actions)
         finally:
             proc.stop()
 
     print(
         table(
-            [
-                "sockets",
-                "p50 from send ms",
-                "p99 from send ms",
-                "p50 from ack ms",
-                "p99 from ack ms",
-            ],
+            ["sockets", "deflate", "p50 ack ms", "p99 ack ms", "round p50", "round p99"],
             [
                 [
                     f["sockets"],
-                    round(f["from_send_ms"]["p50"], 2),
-                    round(f["from_send_ms"]["p99"], 2),
+                    "on" if f["deflate"] else "off",
                     round(f["from_ack_ms"]["p50"], 2),
                     round(f["from_ack_ms"]["p99"], 2),
+                    round(f["round_median_from_ack_ms"]["p50"], 2),
+                    round(f["round_median_from_ack_ms"]["p99"], 2),
                 ]
                 for f in fan
             ],
@@ -197,19 +447,47 @@ def main() -> None:
     print()
     print(
         table(
+            ["idle sockets", "gateway RSS MiB"],
+            [
+                [h["connections"], round(h["rss_bytes"] / 2**20) if "rss_bytes" in h else "-"]
+                for h in held
+            ],
+        )
+    )
+    ten_k = [h for h in held if h["connections"] >= 10_000 and "rss_bytes" in h]
+    print()
+    print(
+        table(
             ["transport", "pushes/s"], [["WebSocket", round(ws_rate)], ["HTTP", round(http_rate)]]
+        )
+    )
+    print()
+    print(
+        table(
+            ["actions", "per s", "p50 ms", "p99 ms"],
+            [
+                [k, round(v["per_s"]), round(v["p50_ms"], 2), round(v["p99_ms"], 2)]
+                for k, v in acts.items()
+            ],
         )
     )
     out = write_json(
         args.out,
         {
             "benchmark": "realtime",
+            "open_files_limit": open_files,
             "fanout": fan,
+            "idle": {
+                "steps": held,
+                "reached": max(h["connections"] for h in held),
+                "ten_thousand_within_1_gib": bool(ten_k) and ten_k[0]["rss_bytes"] <= GIB,
+            },
             "push_throughput": {
                 "websocket_per_s": ws_rate,
                 "http_per_s": http_rate,
                 "pushes": args.throughput,
             },
+            "actions": {"count": args.actions, **acts},
             "git": git_info(),
         },
     )
