@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from lakesync_platform.client import (
@@ -26,7 +27,7 @@ from lakesync_platform.core.hlc import encode
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
-from tests.helpers import SECRET, make_delta, token
+from tests.helpers import SECRET, make_delta, token, wire
 
 from .conftest import TODOS, LiveGateway, local_rows
 
@@ -186,6 +187,25 @@ def test_the_heartbeat_pull_brings_a_row_no_broadcast_announced(tmp_path: Path, 
             transport = made[-1].transport
             assert isinstance(transport, WebSocketTransport) and transport.wait_connected(10)
         beating, silent = made
+        # A row pushed through the gateway is broadcast to both sockets; a client applies its
+        # broadcasts after its pull on connecting, so once both hold it, only a later pull — the
+        # heartbeat — can bring what is pushed next.
+        seed = make_delta(
+            "elsewhere",
+            encode(int(time.time() * 1000), 0),
+            "todos",
+            "x0",
+            {"title": "seed"},
+            "INSERT",
+        )
+        pushed = httpx.post(
+            f"{proc.url}/v1/sync/{gw}/push",
+            json={"clientId": "elsewhere", "deltas": [wire(seed)], "lastSeenHlc": "0"},
+            headers={"Authorization": f"Bearer {token('elsewhere', gw)}"},
+        )
+        assert pushed.status_code == 200, pushed.text
+        for client in made:
+            wait_for(lambda c=client: "x0" in local_rows(c), timeout=10)
         service = SyncService(wal, lambda: time.time_ns() // 1_000_000)
         now = encode(int(time.time() * 1000), 0)
         service.push(gw, "elsewhere", [make_delta("elsewhere", now, "todos", "x1", {"title": "x"})])
