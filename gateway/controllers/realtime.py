@@ -17,7 +17,12 @@ from typing import Any
 
 import msgspec
 from litestar import WebSocket, websocket
-from litestar.types import WebSocketAcceptEvent, WebSocketResponseStartEvent
+from litestar.types import (
+    WebSocketAcceptEvent,
+    WebSocketResponseBodyEvent,
+    WebSocketResponseStartEvent,
+    WebSocketSendEvent,
+)
 
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
@@ -66,7 +71,8 @@ class _Socket:
         return text
 
     async def send(self, data: bytes) -> None:
-        await self._ws.send({"type": "websocket.send", "bytes": data})
+        event: WebSocketSendEvent = {"type": "websocket.send", "bytes": data, "text": None}
+        await self._ws.send(event)
 
     async def close(self, code: int, reason: str) -> None:
         await self._ws.close(code, reason)
@@ -100,7 +106,12 @@ async def _deny(ws: WebSocket[Any, Any, Any], status: int, error: LakeSyncError,
         "headers": headers,
     }
     await ws.send(start)
-    await ws.send({"type": "websocket.http.response.body", "body": body})
+    end: WebSocketResponseBodyEvent = {
+        "type": "websocket.http.response.body",
+        "body": body,
+        "more_body": False,
+    }
+    await ws.send(end)
 
 
 @websocket(WS_PATHS)
