@@ -60,7 +60,8 @@ to a service manager is 10 s)."""
 log = logging.getLogger(__name__)
 
 DAGSTER_YAML = """\
-# Written by `lakesync dev`: one sync run per gateway at a time.
+# Written by `lakesync dev`: one sync run per gateway at a time; the package's log lines (a
+# stage waiting for the lake's lock) in each run's event log.
 concurrency:
   runs:
     tag_concurrency_limits:
@@ -68,6 +69,10 @@ concurrency:
         value:
           applyLimitPerUniqueValue: true
         limit: 1
+python_logs:
+  managed_python_loggers:
+    - lakesync_platform
+  python_log_level: WARNING
 """
 
 
