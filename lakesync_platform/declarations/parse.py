@@ -1,271 +1,41 @@
-"""Declarative pipeline config: YAML files in a folder (``--defs DIR`` / ``LAKESYNC_DEFS_DIR``).
-
-Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for one gateway::
-
-    gateway: demo                 # gateway id (= lake namespace); default "default"
-    tables:                       # table schemas, exactly the admin route's TableSchema JSON
-      - table: todos
-        columns:
-          - {name: title, type: string}
-          - {name: done, type: boolean}
-        softDelete: true
-    destinations:                 # where state is materialised
-      - name: warehouse           # identifier; the Dagster asset is <gateway>/<name>/<table>
-        kind: postgres            # postgres | mysql | sqlite | bigquery
-        url: postgresql+psycopg://app@db:5432/analytics   # ${VAR} is read from the environment
-        tables: [todos]           # optional; default: every table of the gateway ("*")
-        role: primary             # optional: primary (default; its failure fails the run) or
-                                  # best_effort (retried; a failure is reported, the run goes on)
-      - name: analytics
-        kind: bigquery            # credentials: Application Default Credentials
-        project: ${GOOGLE_CLOUD_PROJECT}
-        dataset: lakesync         # created on first use
-        location: EU              # optional; the dataset's location
-        endpoint: http://127.0.0.1:9050   # optional: an emulator (anonymous credentials)
-    actions:                      # connectors whose actions clients may run (PROTOCOL.md §8)
-      - connector: alerts         # the name clients address; an identifier
-        kind: webhook             # webhook: POST each action to url
-        url: https://hooks.example.com/lakesync   # ${VAR} is read from the environment
-        headers: {Authorization: "Bearer ${HOOK_TOKEN}"}   # optional
-        timeoutSeconds: 5         # optional (default 5); retries: 2 (default)
-        types:                    # the action types, by name
-          notify:
-            description: Post a message to the team channel
-            params:               # optional (absent: any object); each one's JSON type
-              text: {type: string}
-              urgent: {type: boolean, required: false, description: page the on-call}
-      - connector: todo_ops
-        kind: sql                 # sql: run a declared statement
-        destination: warehouse    # a destination of this gateway (or url: …)
-        types:
-          close_todo:
-            description: Mark a todo done in the warehouse
-            statement: UPDATE todos SET completed = TRUE WHERE row_id = :row_id
-            params:
-              row_id: {type: string}
-    sources:                      # stores clients pull from: GET …/pull?source=<name>
-      - name: crm                 # identifier, unique per gateway
-        kind: postgres            # postgres | mysql | bigquery (holding lakesync_deltas) | lake
-        url: postgresql+psycopg://app@db:5432/crm         # ${VAR} is read from the environment
-        options: {}               # the kind's own settings (strings; ${VAR} too): lake needs
-                                  # warehouse and namespace, its url is the Iceberg catalog's
-    syncRules:                    # the gateway's sync rules, exactly the admin route's body
-      buckets:
-        - {name: mine, tables: [todos], filters: [{column: owner, op: eq, value: "jwt:sub"}]}
-    connectors:                   # sources polled into the WAL, exactly the admin route's body
-      - name: shop
-        type: postgres
-        postgres: {connectionString: "postgresql://app:${SHOP_PASSWORD}@db/shop"}
-        schedule: "*/5 * * * *"
-        ingest:
-          tables:
-            - {table: items, rowIdColumn: id, strategy: {type: cursor, cursorColumn: updated_at}}
-
-Several files may declare the same gateway; their tables and destinations add up (a table or
-destination declared twice is an error). Routing: each destination receives the tables it
-lists; a table listed by several destinations fans out to all of them. A gateway with a
-``best_effort`` destination must declare a ``primary`` one: a best-effort destination's lag is
-measured against the primary destinations covering the same table. A file is read into
-msgspec structs, so a misspelt key or a value of the wrong type is refused with the file and
-the path of the value (``x.yaml: Object contains unknown field `tabels` - at `$```); the
-gateway id follows the platform's rule
-(:func:`~lakesync_platform.core.identifiers.check_gateway_id`). Sync rules and connectors
-are checked by the admin routes' own parsers
-(:func:`~lakesync_platform.core.sync_rules.parse_sync_rules`,
-:func:`~lakesync_platform.core.connectors.parse_connector_config`), their messages prefixed
-with the file and the path (``x.yaml: … - at `$.connectors[0].ingest.tables[0]```). A
-connector's secrets are ``${VAR}`` references, kept as written: they are resolved only by the
-process that runs a poll, from its environment.
-
-An action connector's kind, URL or destination, and its types' statements are checked here
-(a ``sql`` type needs a ``statement``, a ``webhook`` type has none; a ``destination`` must be
-declared for the gateway); the gateway builds the handlers from them at startup.
-
-Declarations are applied to the gateway's config store (:func:`apply_declarations`), which
-stays the runtime source of truth: a table registered only through ``POST /v1/admin/schema``
-flows through the pipeline like a declared one, and reaches every destination whose ``tables``
-is ``"*"``. Declared sync rules are saved exactly as the admin route saves posted ones (the
-gateway enforces them within a second); declared connectors are (re-)registered, keeping
-their cursors — applying declarations again restores a declared connector's config.
-"""
+"""Reading the declarations: YAML documents into msgspec structs, checked with errors that name
+the file and the path, into the records of :mod:`.model`; and applying them to a config store."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
 
-from .core.actions import PARAM_TYPES, ActionDescriptor, ParamSpec, params_struct
-from .core.connectors import ConnectorConfig, parse_connector_config
-from .core.delta import check_identifier
-from .core.errors import LakeSyncError, SchemaError, ValidationError
-from .core.identifiers import check_gateway_id
-from .core.schema import TableSchema, parse_table_schema
-from .core.sync_rules import SyncRules, parse_sync_rules
+from ..core.actions import PARAM_TYPES, ParamSpec
+from ..core.connectors import ConnectorConfig, parse_connector_config
+from ..core.delta import check_identifier
+from ..core.errors import SchemaError, ValidationError
+from ..core.identifiers import check_gateway_id
+from ..core.schema import TableSchema, parse_table_schema
+from ..core.sync_rules import SyncRules, parse_sync_rules
+from .model import (
+    ACTION_KINDS,
+    BIGQUERY_KEYS,
+    DEFAULT_GATEWAY,
+    DESTINATION_KINDS,
+    DESTINATION_ROLES,
+    ENV_REFERENCE,
+    SOURCE_KINDS,
+    SOURCE_OPTIONS,
+    ActionConnectorDecl,
+    ActionTypeDecl,
+    DeclarationError,
+    Declarations,
+    DestinationDecl,
+    GatewayDecl,
+    SchemaStore,
+    SourceDecl,
+)
 
-__all__ = [
-    "ACTION_KINDS",
-    "DESTINATION_KINDS",
-    "DESTINATION_ROLES",
-    "SOURCE_KINDS",
-    "ActionConnectorDecl",
-    "ActionTypeDecl",
-    "DeclarationError",
-    "Declarations",
-    "DestinationDecl",
-    "GatewayDecl",
-    "SourceDecl",
-    "apply_declarations",
-    "expand_env",
-    "load_declarations",
-    "parse_declarations",
-]
-
-DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
-_BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
-ACTION_KINDS: Final = ("webhook", "sql")
-DESTINATION_ROLES: Final = ("primary", "best_effort")
-"""``primary``: its failure fails the run; ``best_effort``: retried, its failure is reported."""
-SOURCE_KINDS: Final = ("postgres", "mysql", "lake", "bigquery")
-"""The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
-SOURCE_OPTIONS: Final[Mapping[str, tuple[str, ...]]] = {"lake": ("warehouse", "namespace")}
-"""The options each source kind requires."""
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-DEFAULT_GATEWAY: Final = "default"
-
-
-class DeclarationError(LakeSyncError):
-    """A declaration file is malformed; the message names the file and the problem."""
-
-    code = "DECLARATION_ERROR"
-
-
-@dataclass(frozen=True, slots=True)
-class DestinationDecl:
-    """A destination: a SQL database at ``url`` or (``kind: bigquery``) a dataset of a Google
-    Cloud project. String values may hold ``${VAR}`` references (expanded at run time)."""
-
-    name: str
-    kind: str
-    url: str | None
-    tables: tuple[str, ...] | None = None
-    project: str | None = None
-    dataset: str | None = None
-    location: str | None = None
-    endpoint: str | None = None
-    role: str = "primary"
-
-    @property
-    def primary(self) -> bool:
-        """Whether a failure to write this destination fails the run."""
-        return self.role == "primary"
-
-    def covers(self, table: str) -> bool:
-        """Whether this destination receives ``table`` (``tables`` unset = every table)."""
-        return self.tables is None or table in self.tables
-
-
-@dataclass(frozen=True, slots=True)
-class ActionTypeDecl:
-    """An action type of a declared connector: its params (``None``: any object) and, for a
-    ``sql`` connector, its statement."""
-
-    action_type: str
-    description: str
-    params: Mapping[str, ParamSpec] | None
-    statement: str | None = None
-
-    def descriptor(self, connector: str) -> ActionDescriptor:
-        """The type as the registry describes it (its params as a struct type)."""
-        params = self.params
-        struct = (
-            None if params is None else params_struct(f"{connector}.{self.action_type}", params)
-        )
-        return ActionDescriptor(self.action_type, self.description, struct)
-
-
-@dataclass(frozen=True, slots=True)
-class ActionConnectorDecl:
-    """A declared action connector: ``url`` (``${VAR}`` expanded at startup) or, for ``sql``,
-    the ``destination`` whose URL it uses."""
-
-    connector: str
-    kind: str
-    types: Mapping[str, ActionTypeDecl]
-    url: str | None = None
-    destination: str | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    timeout_s: float = 5.0
-    retries: int = 2
-
-
-@dataclass(frozen=True, slots=True)
-class SourceDecl:
-    """A source clients pull from (``pull?source=NAME``): ``url`` may hold ``${VAR}``."""
-
-    name: str
-    kind: str
-    url: str
-    options: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayDecl:
-    """Everything declared for one gateway id."""
-
-    gateway_id: str
-    tables: Mapping[str, TableSchema] = field(default_factory=dict)
-    destinations: Mapping[str, DestinationDecl] = field(default_factory=dict)
-    actions: Mapping[str, ActionConnectorDecl] = field(default_factory=dict)
-    sync_rules: SyncRules | None = None
-    connectors: Mapping[str, ConnectorConfig] = field(default_factory=dict)
-    sources: Mapping[str, SourceDecl] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Declarations:
-    """All declarations of a folder, by gateway id."""
-
-    gateways: Mapping[str, GatewayDecl] = field(default_factory=dict)
-
-    def gateway(self, gw: str) -> GatewayDecl:
-        """The declarations of ``gw`` (empty when nothing is declared for it)."""
-        return self.gateways.get(gw) or GatewayDecl(gw)
-
-
-class SchemaStore(Protocol):
-    """The config-store part of the WAL that declarations are applied to."""
-
-    def save_schema(self, gw: str, schema: TableSchema, now_ms: int = 0) -> TableSchema:
-        """Register or evolve a schema."""
-        ...
-
-    def save_sync_rules(self, gw: str, rules: SyncRules, now_ms: int = 0) -> None:
-        """Replace the gateway's sync rules."""
-        ...
-
-    def save_connector(
-        self, gw: str, cfg: ConnectorConfig, now_ms: int = 0, *, replace: bool = False
-    ) -> None:
-        """Register (or with ``replace``, re-register) a connector."""
-        ...
-
-
-def expand_env(text: str, env: Mapping[str, str]) -> str:
-    """Replace ``${VAR}`` by ``env["VAR"]``; an unset variable is a :class:`DeclarationError`."""
-
-    def sub(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in env:
-            raise DeclarationError(f"environment variable {name} is not set (used in {text!r})")
-        return env[name]
-
-    return _ENV_RE.sub(sub, text)
+__all__ = ["apply_declarations", "load_declarations", "parse_declarations"]
 
 
 class _Destination(msgspec.Struct, forbid_unknown_fields=True):
@@ -391,7 +161,7 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
             raise _error(
                 where, f"{path}.url", f"destination {name!r} of kind {raw.kind} needs a url"
             )
-        for key in _BIGQUERY_KEYS:
+        for key in BIGQUERY_KEYS:
             if getattr(raw, key) is not None:
                 raise _error(
                     where, f"{path}.{key}", f"{key!r} applies to kind bigquery, not {raw.kind}"
@@ -435,7 +205,7 @@ def _check_bigquery(where: str, path: str, name: str, raw: _Destination) -> None
             raise _error(
                 where, f"{path}.{key}", f"destination {name!r} of kind bigquery needs a {key}"
             )
-    if raw.dataset is not None and not _ENV_RE.search(raw.dataset):
+    if raw.dataset is not None and not ENV_REFERENCE.search(raw.dataset):
         try:
             check_identifier(raw.dataset, "dataset")
         except SchemaError as exc:
@@ -443,7 +213,7 @@ def _check_bigquery(where: str, path: str, name: str, raw: _Destination) -> None
     endpoint = raw.endpoint
     if (
         endpoint is not None
-        and not _ENV_RE.search(endpoint)
+        and not ENV_REFERENCE.search(endpoint)
         and not endpoint.startswith(("http://", "https://"))
     ):
         raise _error(
