@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from .core.auth import sign_token
 from .core.schema import TableSchema, parse_table_schema
@@ -143,8 +143,33 @@ class ManualClock:
             self.now_ms = now_ms
 
 
+class _Served:
+    """A process a test serves from: ``with`` starts it (unless started) and stops it."""
+
+    proc: subprocess.Popen[bytes] | None
+
+    def start(self, timeout: float = 60.0) -> Self:
+        """Start the process and wait until it answers."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Stop the process."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
 @dataclass
-class GatewayProcess:
+class GatewayProcess(_Served):
     """``lakesync gateway`` in a subprocess on a free port of 127.0.0.1.
 
     ``secret`` signs and checks tokens (``None``: ``--no-auth``, local development only).
@@ -275,17 +300,6 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.kill()
 
-    def __enter__(self) -> GatewayProcess:
-        return self if self.proc is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def stop_group(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
     """SIGTERM the process group ``proc`` leads (started with ``start_new_session``), then
@@ -300,7 +314,7 @@ def stop_group(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
         proc.wait(10)
 
 
-class S3Server:
+class S3Server(_Served):
     """moto's S3 server (``python -m moto.server``, from ``moto[server]``) on a free loopback
     port: a real S3 wire protocol for Spark's and pyiceberg's S3 clients, state in memory."""
 
@@ -365,17 +379,6 @@ class S3Server:
         """Stop the server (its buckets are gone with it)."""
         stop_group(self.proc, 10.0)
 
-    def __enter__(self) -> S3Server:
-        return self if self.proc is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 BIGQUERY_EMULATOR_PROJECT = "test-proj"
 """The project the BigQuery emulator serves by default."""
@@ -394,7 +397,7 @@ def bqemulator_path() -> Path:
 
 
 @dataclass
-class BigQueryEmulator:
+class BigQueryEmulator(_Served):
     """The BigQuery emulator (``bqemulator``) on free ports of 127.0.0.1, in memory.
 
     ``endpoint`` is what a client's ``api_endpoint`` (or a destination's ``endpoint``) takes.
@@ -440,14 +443,3 @@ class BigQueryEmulator:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM the emulator, then SIGKILL if it has not exited within ``timeout`` s."""
         stop_group(self.proc, timeout)
-
-    def __enter__(self) -> BigQueryEmulator:
-        return self if self.proc is not None else self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
