@@ -19,6 +19,7 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ __all__ = [
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
+    "DEFAULT_SPARK_DRIVER_MEMORY",
+    "DEFAULT_SPARK_EXECUTOR_MEMORY",
     "DEFAULT_SPARK_MASTER",
     "ENV_ACTION_LEASE_SECONDS",
     "ENV_ACTION_RETENTION_SECONDS",
@@ -46,11 +49,17 @@ __all__ = [
     "ENV_CATALOG_URI",
     "ENV_DATA_DIR",
     "ENV_DEFS_DIR",
+    "ENV_DRAIN_SECONDS",
     "ENV_JAR_DIR",
     "ENV_JWT_SECRET",
     "ENV_JWT_SECRET_PREVIOUS",
     "ENV_LOCK_TIMEOUT_SECONDS",
     "ENV_MAX_BACKLOG_BYTES",
+    "ENV_SPARK_CORES_MAX",
+    "ENV_SPARK_DRIVER_HOST",
+    "ENV_SPARK_DRIVER_MEMORY",
+    "ENV_SPARK_EXECUTOR_CORES",
+    "ENV_SPARK_EXECUTOR_MEMORY",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
     "ENV_WAL_URL",
@@ -59,6 +68,7 @@ __all__ = [
     "GatewaySettings",
     "ObjectStoreSettings",
     "PipelineSettings",
+    "SparkClusterSettings",
 ]
 
 # ---------------------------------------------------------------- environment variable names
@@ -91,6 +101,12 @@ ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
 ENV_ACTION_TIMEOUT_SECONDS = "LAKESYNC_ACTION_TIMEOUT_SECONDS"
 ENV_ACTION_LEASE_SECONDS = "LAKESYNC_ACTION_LEASE_SECONDS"
 ENV_ACTION_RETENTION_SECONDS = "LAKESYNC_ACTION_RETENTION_SECONDS"
+ENV_DRAIN_SECONDS = "LAKESYNC_DRAIN_SECONDS"
+ENV_SPARK_EXECUTOR_CORES = "LAKESYNC_SPARK_EXECUTOR_CORES"
+ENV_SPARK_EXECUTOR_MEMORY = "LAKESYNC_SPARK_EXECUTOR_MEMORY"
+ENV_SPARK_CORES_MAX = "LAKESYNC_SPARK_CORES_MAX"
+ENV_SPARK_DRIVER_HOST = "LAKESYNC_SPARK_DRIVER_HOST"
+ENV_SPARK_DRIVER_MEMORY = "LAKESYNC_SPARK_DRIVER_MEMORY"
 
 # ---------------------------------------------------------------- defaults
 
@@ -108,6 +124,11 @@ DEFAULT_ACTION_LEASE_S = 120.0
 """How long an action's claim holds before a retry may take it over (its process crashed)."""
 DEFAULT_ACTION_RETENTION_S = 86_400.0
 """How long action results are kept for retries (a day)."""
+DEFAULT_SPARK_EXECUTOR_MEMORY = "1g"
+"""Heap of each executor on a cluster (Spark's own default, stated): a worker must offer at
+least this much memory, or the application waits for executors forever."""
+DEFAULT_SPARK_DRIVER_MEMORY = "2g"
+"""Heap of the driver (the process running a stage): materialise collects changed rows there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +219,10 @@ class GatewaySettings:
     before it counts as too far behind and is closed, how often the WAL's last cursor is read
     to see other processes' commits, and the worker threads that run broadcast pulls (apart
     from the requests').
+
+    ``drain_s``: on SIGTERM the process fails readiness at once and keeps serving this long
+    before it closes its WebSockets (1001) and shuts down — long enough for a balancer to
+    notice (at least its check interval × fall count); 0 without a balancer.
     """
 
     wal_url: str
@@ -221,12 +246,15 @@ class GatewaySettings:
     ws_send_queue: int = 64
     ws_poll_interval_s: float = 0.025
     ws_feed_threads: int = 8
+    drain_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:
             raise ValueError("auth is enabled but no JWT secret is configured")
         if self.action_lease_s <= self.action_timeout_s:
             raise ValueError("the action lease must be longer than the action timeout")
+        if not self.drain_s >= 0:
+            raise ValueError(f"the drain delay must be >= 0 seconds, got {self.drain_s!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +285,51 @@ class ObjectStoreSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SparkClusterSettings:
+    """What a pipeline run asks of a Spark cluster (a non-local ``LAKESYNC_SPARK_MASTER``).
+
+    ``executor_memory`` is each executor's heap (``spark.executor.memory``; every worker must
+    offer that much). ``executor_cores`` is each executor's cores (``None``: Spark standalone's
+    own default, one executor per worker with all of its cores); ``cores_max`` caps the cores
+    one run takes from the whole cluster (``None``: all it can get, so a second run waits for
+    the first). ``driver_host`` is the address executors reach the driver at (``None``: Spark's
+    choice, the host name's address). ``driver_memory`` applies in local mode too.
+    """
+
+    executor_memory: str = DEFAULT_SPARK_EXECUTOR_MEMORY
+    executor_cores: int | None = None
+    cores_max: int | None = None
+    driver_host: str | None = None
+    driver_memory: str = DEFAULT_SPARK_DRIVER_MEMORY
+
+    def __post_init__(self) -> None:
+        for name in ("executor_memory", "driver_memory"):
+            value = getattr(self, name)
+            if not _JVM_MEMORY.fullmatch(value):
+                raise ValueError(f"{name} must be a JVM size such as 512m or 2g, got {value!r}")
+        for name in ("executor_cores", "cores_max"):
+            count = getattr(self, name)
+            if count is not None and count < 1:
+                raise ValueError(f"{name} must be at least 1, got {count!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SparkClusterSettings:
+        """The ``LAKESYNC_SPARK_*`` resource variables of ``env`` (unset: the defaults)."""
+        return cls(
+            executor_memory=_jvm_size(
+                ENV_SPARK_EXECUTOR_MEMORY, env, DEFAULT_SPARK_EXECUTOR_MEMORY
+            ),
+            executor_cores=_count(ENV_SPARK_EXECUTOR_CORES, env.get(ENV_SPARK_EXECUTOR_CORES)),
+            cores_max=_count(ENV_SPARK_CORES_MAX, env.get(ENV_SPARK_CORES_MAX)),
+            driver_host=env.get(ENV_SPARK_DRIVER_HOST) or None,
+            driver_memory=_jvm_size(ENV_SPARK_DRIVER_MEMORY, env, DEFAULT_SPARK_DRIVER_MEMORY),
+        )
+
+
+_JVM_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineSettings:
     """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
 
@@ -282,6 +355,7 @@ class PipelineSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     best_effort_attempts: int = 3
     best_effort_wait_s: float = 0.5
+    spark_cluster: SparkClusterSettings = field(default_factory=SparkClusterSettings)
 
     @property
     def layout(self) -> DataLayout:
@@ -331,7 +405,29 @@ class PipelineSettings:
             if lock_timeout
             else DEFAULT_LOCK_TIMEOUT_SECONDS,
             env=dict(env),
+            spark_cluster=SparkClusterSettings.from_env(env),
         )
+
+
+def _count(name: str, value: str | None) -> int | None:
+    """A whole number >= 1 from environment variable ``name`` (unset or empty: ``None``)."""
+    if not value:
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return count
+
+
+def _jvm_size(name: str, env: Mapping[str, str], default: str) -> str:
+    """A JVM memory size (``512m``, ``2g``) from environment variable ``name``."""
+    value = env.get(name) or default
+    if not _JVM_MEMORY.fullmatch(value):
+        raise ValueError(f"{name} must be a JVM size such as 512m or 2g, got {value!r}")
+    return value
 
 
 def _seconds(name: str, value: str) -> float:
