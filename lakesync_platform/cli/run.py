@@ -138,7 +138,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector", "sync"]))
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
@@ -165,6 +165,8 @@ def run(
 
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
     may be left out when only one gateway has a connector of that name).
+
+    ``lakesync run sync`` runs the sync job — flush, state, materialise — on one Spark session.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -254,6 +256,8 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
+    if stage == "sync":
+        return [result for step in _SYNC_JOB for result in _run_stage(ctx, step, gw)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
     if stage == "state":
@@ -266,6 +270,10 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
             err=True,
         )
     return [result for _, result in done.results]
+
+
+_SYNC_JOB = ("flush", "state", "materialise")
+"""The stages of the sync job (Dagster's ``sync_<gw>``), in order."""
 
 
 def _log_to_stderr() -> None:
