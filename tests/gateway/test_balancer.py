@@ -190,7 +190,6 @@ def check_everything_arrived(topology: Topology, gw: str, load: Load) -> LogRepo
         assert reader.rows == state, f"{reader.client_id} diverged from the WAL"
     for sock in load.sockets:
         assert sock.values == plain_values(state), f"{sock.client_id} diverged from the WAL"
-        assert len(sock.connections) >= 2, f"{sock.client_id} never reconnected"
         assert sum(len(b.stamps) for b in sock.broadcasts) > 0, f"{sock.client_id}: no broadcast"
 
     # Rows pushed through each gateway reached sockets held by each other gateway.
@@ -233,8 +232,11 @@ def test_a_rolling_restart_behind_the_balancer_shows_clients_no_error(
     failures += [f for s in load.sockets for f in s.failures]
     assert failures == [], f"clients saw {len(failures)} errors: {failures[:5]}"
 
-    # Every socket was closed by a drain at least once (every process restarted), with 1001.
+    # Every socket was closed by a drain at least once (every process restarted), with 1001,
+    # and reconnected through the balancer.
     assert set(close_codes(load.sockets)) == {GOING_AWAY}, close_codes(load.sockets)
+    for sock in load.sockets:
+        assert len(sock.connections) >= 2, f"{sock.client_id} never reconnected"
     report = check_everything_arrived(topology, gw, load)
     # No answer was lost either: every entry was announced by the push that appended it.
     assert set(report.by_id) == report.announced
@@ -255,5 +257,6 @@ def test_kill_9_under_load_loses_nothing_acknowledged(topology: Topology, gw: st
 
     # Sockets of a killed process end without a close frame (1006); their clients reconnected
     # through the balancer all the same and, below, converged.
-    assert sum(len(s.connections) for s in load.sockets) > SOCKETS
+    on_killed = [s for s in load.sockets if {"gw1", "gw2"} & set(s.connections)]
+    assert on_killed and all(len(s.connections) >= 2 for s in on_killed)
     check_everything_arrived(topology, gw, load)
