@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from lakesync_platform.settings import (
     ENV_WAREHOUSE,
     PipelineSettings,
 )
-from lakesync_platform.spark.session import pyiceberg_catalog
+from lakesync_platform.spark.session import catalog_sqlalchemy_url, pyiceberg_catalog
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import S3Server
 from lakesync_platform.testing_cluster import SparkMaster, SparkWorker, can_hide_paths
@@ -90,6 +90,16 @@ def test_bad_executor_settings_are_refused_with_the_variable_named() -> None:
     ]:
         with pytest.raises(ValueError, match=name):
             PipelineSettings.from_env({name: value})
+
+
+def test_the_catalog_user_may_sit_in_its_jdbc_url() -> None:
+    """As docker-compose.yml passes it: the JDBC driver reads ``user``/``password`` from the
+    URL, and pyiceberg and the lake's lock connect with the same ones."""
+    uri = "jdbc:postgresql://db:5432/lake?user=lakesync&password=p%40ss"
+    settings = spark_settings(PipelineSettings.from_env({ENV_CATALOG_URI: uri}, data_dir="d"))
+    assert catalog_sqlalchemy_url(settings) == "postgresql+psycopg://lakesync:p%40ss@db:5432/lake"
+    bare = replace(settings, catalog_uri="jdbc:postgresql://db/lake", catalog_user="u")
+    assert catalog_sqlalchemy_url(bare) == "postgresql+psycopg://u@db/lake"
 
 
 def test_the_dagster_resource_points_its_runs_at_the_cluster_too() -> None:
