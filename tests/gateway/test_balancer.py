@@ -151,22 +151,24 @@ def run_with_load(topology: Topology, gw: str, disrupt: Callable[[], None]) -> L
         stop.set()
         for th in threads:
             th.join(60)
-    assert not any(th.is_alive() for th in threads), "a client thread hung"
-    wal = WriteAheadLog.open(topology.wal_url)
     try:
-        head = wal.max_cursor(gw)
+        assert not any(th.is_alive() for th in threads), "a client thread hung"
+        wal = WriteAheadLog.open(topology.wal_url)
+        try:
+            head = wal.max_cursor(gw)
+        finally:
+            wal.close()
+        deadline = time.monotonic() + 30
+        for reader in load.readers:
+            reader.catch_up(deadline)
+        for sock in load.sockets:
+            assert sock.wait_for_cursor(head, deadline), (
+                f"{sock.client_id} reached {sock.cursor} of {head} through the feed"
+            )
     finally:
-        wal.close()
-    deadline = time.monotonic() + 30
-    for reader in load.readers:
-        reader.catch_up(deadline)
-    for sock in load.sockets:
-        assert sock.wait_for_cursor(head, deadline), (
-            f"{sock.client_id} reached {sock.cursor} of {head} through the feed"
-        )
-    for sock in load.sockets:
-        sock.stop()
-    load.close()
+        for sock in load.sockets:
+            sock.stop()
+        load.close()
     return load
 
 
