@@ -221,16 +221,8 @@ def test_the_sync_job_on_a_standalone_cluster_equals_the_local_run(
     local_out.mkdir()
     cluster_out.mkdir()
 
-    # Local mode: the suite's session (local[*]), its SQLite catalog and file warehouse.
-    local = CliRunner().invoke(
-        run,
-        ["sync", "--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--json"],
-        env={ENV_WAL_URL: postgres_url, "OUT_DIR": str(local_out), ENV_SPARK_MASTER: None},
-    )
-    assert local.exit_code == 0, local.output
-    local_doc = json.loads(local.stdout)
-
-    # The cluster: only settings differ.
+    # The cluster, in a subprocess: only settings differ from the local run below, which runs
+    # meanwhile on the suite's session (local[*], its SQLite catalog and file warehouse).
     database = postgres_url.rsplit("/", 1)[1]
     with S3Server() as s3:
         s3.create_bucket("lake")
@@ -248,17 +240,30 @@ def test_the_sync_job_on_a_standalone_cluster_equals_the_local_run(
             "OUT_DIR": str(cluster_out),
         }
         (driver / "data").mkdir()
-        remote = subprocess.run(
-            [sys.executable, "-m", "lakesync_platform.cli", "run", "sync", "--gw", gw, "--json"],
+        command = [sys.executable, "-m", "lakesync_platform.cli", "run", "sync", "--gw", gw]
+        remote = subprocess.Popen(
+            [*command, "--json"],
             env=env,
             cwd=driver,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=300,
-            check=False,
         )
-        assert remote.returncode == 0, remote.stderr[-4000:]
-        remote_doc = json.loads(remote.stdout)
+        try:
+            local = CliRunner().invoke(
+                run,
+                ["sync", "--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--json"],
+                env={ENV_WAL_URL: postgres_url, "OUT_DIR": str(local_out), ENV_SPARK_MASTER: None},
+            )
+            out, err = remote.communicate(timeout=300)
+        finally:
+            if remote.poll() is None:
+                remote.kill()
+                remote.wait()
+        assert local.exit_code == 0, local.output
+        local_doc = json.loads(local.stdout)
+        assert remote.returncode == 0, err[-4000:]
+        remote_doc = json.loads(out)
         settings = PipelineSettings.from_env(env)
         lake = pyiceberg_catalog(spark_settings(settings))
         try:
