@@ -144,9 +144,9 @@ def run_with_load(topology: Topology, gw: str, disrupt: Callable[[], None]) -> L
     try:
         for th in threads:
             th.start()
-        time.sleep(1.0)  # load before the first disruption
+        time.sleep(0.5)  # load before the first disruption
         disrupt()
-        time.sleep(1.0)  # and after the last one
+        time.sleep(0.5)  # and after the last one
     finally:
         stop.set()
         for th in threads:
