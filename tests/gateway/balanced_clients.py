@@ -76,10 +76,11 @@ class BalancedWriter:
         failed = [a.record for a in self.attempts if not a.record.acked]
         return [f"{r.status} {r.error[:200]}" for r in failed]
 
-    def run(self, stop: threading.Event) -> None:
-        """Push until ``stop``; the batch in hand is finished (acknowledged) first."""
+    def run(self, stop: threading.Event, pause: float = 0.0) -> None:
+        """Push until ``stop``, ``pause`` seconds between batches; the batch in hand is finished
+        (acknowledged) first."""
         try:
-            while not stop.is_set():
+            while not stop.wait(pause):
                 batch = self.writer.batch()
                 while True:
                     self._answered_by = None

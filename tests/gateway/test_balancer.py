@@ -44,6 +44,8 @@ WRITERS = 4
 READERS = 2
 SOCKETS = 6
 KILLS = 3
+PUSH_PAUSE = 0.02
+"""A writer's pause between batches: steady load that leaves the restarting gateways CPU."""
 
 
 @dataclass
@@ -139,7 +141,9 @@ def run_with_load(topology: Topology, gw: str, disrupt: Callable[[], None]) -> L
         [SocketClient(url, gw, f"socket{i}").start() for i in range(SOCKETS)],
     )
     stop = threading.Event()
-    threads = [threading.Thread(target=c.run, args=(stop,), daemon=True) for c in load.writers]
+    threads = [
+        threading.Thread(target=c.run, args=(stop, PUSH_PAUSE), daemon=True) for c in load.writers
+    ]
     threads += [threading.Thread(target=r.run, args=(stop,), daemon=True) for r in load.readers]
     try:
         for th in threads:
