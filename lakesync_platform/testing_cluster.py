@@ -303,16 +303,27 @@ class LoadBalancer(_Served):
         )
 
     def start(self, timeout: float = 30.0) -> LoadBalancer:
-        """Start HAProxy and wait until its stats page answers."""
+        """Start HAProxy and wait until its stats page answers. A port taken meanwhile (free
+        when chosen, since used by another process's connection) is chosen again."""
         if shutil.which("haproxy") is None:
             raise RuntimeError("haproxy is not installed (scripts/setup.sh installs it)")
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("LB_")}, **self.env}
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.command(), stdout=out, stderr=out, env=env, start_new_session=True
-            )
-        _wait("HAProxy", lambda: bool(self.servers()), self.proc, self.log_path, timeout)
-        return self
+        for attempt in range(3):
+            if attempt:
+                self.port, self.stats_port = free_port(), free_port()
+            env = {**{k: v for k, v in os.environ.items() if not k.startswith("LB_")}, **self.env}
+            self.log_path.write_bytes(b"")
+            with open(self.log_path, "ab") as out:
+                self.proc = subprocess.Popen(
+                    self.command(), stdout=out, stderr=out, env=env, start_new_session=True
+                )
+            try:
+                _wait("HAProxy", lambda: bool(self.servers()), self.proc, self.log_path, timeout)
+                return self
+            except RuntimeError as exc:
+                if "Address already in use" not in str(exc):
+                    raise
+                stop_group(self.proc, 10.0)
+        raise RuntimeError("HAProxy found its ports taken three times")
 
     def stop(self) -> None:
         """Stop HAProxy."""
