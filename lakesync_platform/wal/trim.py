@@ -8,7 +8,7 @@ that pushes lock (the floor lives in ``wal_trims``). Batches commit without wait
 (:meth:`~.database.SqlDatabase._bookkeeping`): a trim lost in a power cut is redone by the next
 one, the floor with it (one transaction).
 
-:meth:`SqlTrim.trim_delta_ids` forgets accepted ``deltaId``\\ s stamped before a horizon — the
+:meth:`SqlTrim.trim_delta_ids` forgets the accepted ids of deltas stamped before a horizon — the
 key of ``wal_delta_ids`` starts with the HLC, so that is a range at the start of the index. A
 delta re-sent after its id was forgotten is merged again, which changes nothing: the per-column
 merge is idempotent (docs/pipeline.md, "Hot WAL retention").
