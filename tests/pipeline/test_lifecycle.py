@@ -141,3 +141,45 @@ def test_tiered_rows_move_once_and_come_back_hot_when_they_change(
     sync()  # nothing changed: nothing resurrected, nothing duplicated
     assert sorted(_titles(postgres_url)) == ["r2", "r3", "r4"]
     assert sorted(_titles(f"sqlite:///{cold}")) == ["r1"]
+
+
+def test_the_lifecycle_job_trims_on_its_schedule_and_checks_retention(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    todos: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dagster as dg
+
+    from assets.definitions import build_definitions
+    from resources.sync_runs import lifecycle_job_name
+
+    env = {
+        "LAKESYNC_DATA_DIR": str(lake_dir),
+        "LAKESYNC_WAL_URL": wal_url,
+        "LAKESYNC_DEFS_DIR": str(tmp_path / "no-defs"),
+        "LAKESYNC_WAL_RETENTION_SECONDS": "0",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for i in range(4):
+        pusher.write("a", f"t{i}", title=f"todo {i}")
+    run_flush(_context(spark, wal, lake_dir, wal_url, tmp_path / "no-defs"), gw)
+    defs = build_definitions(env)
+    job = lifecycle_job_name(gw)
+    assert defs.resolve_schedule_def(f"{job}_schedule").cron_schedule == "17 * * * *"
+    result = defs.resolve_job_def(job).execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    assert event.asset_key == dg.AssetKey([gw, "hot_wal"])
+    meta = event.materialization.metadata
+    assert (meta["entries_trimmed"].value, meta["wal_floor"].value) == (4, 4)
+    assert meta["wal_bytes"].value > 0
+    (check,) = result.get_asset_check_evaluations()
+    assert (check.check_name, check.passed) == ("retention_holds", True)
+    assert wal.log_floor(gw) == 4
