@@ -309,14 +309,14 @@ class WalStore(Protocol):
         """Record that the lake holds every entry up to ``cursor`` (never moves backwards)."""
         ...
 
-    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 5_000) -> int:
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
         """Delete log entries with cursor ≤ ``up_to`` that are in the lake (at or below the
         flush watermark) — with ``before_ms``, only the oldest run of them ingested before it —
         in transactions of at most ``batch`` entries (pushes go on between them); move the
         log's floor to the last trimmed cursor; return how many were deleted."""
         ...
 
-    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 5_000) -> int:
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
         """Forget the accepted ``deltaId``s of deltas stamped before ``before_hlc`` (the dedup
         horizon moves there), in transactions of at most ``batch``; return how many."""
         ...

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core.hlc import encode
+from ..core.wal import WalStore
 from ..settings import RetentionSettings
 from ..spark.flush import lake_watermark
 from .context import CheckOutcome, PipelineContext
 
-__all__ = ["TrimResult", "check_wal_retention", "run_trim", "trim_bound"]
+__all__ = ["TrimResult", "check_wal_retention", "run_trim", "trim_bound", "trim_wal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,19 @@ def trim_bound(flush_watermark: int, lake_watermark: int, keep_cursor: int | Non
     return bound if keep_cursor is None else min(bound, keep_cursor)
 
 
+def trim_wal(
+    wal: WalStore, gw: str, lake_mark: int, policy: RetentionSettings, now_ms: int
+) -> tuple[int, int]:
+    """Trim ``gw``'s entries by ``policy`` below the flush watermark and ``lake_mark`` (the
+    lake's own watermark), then its delta ids before the dedup horizon; ``(entries, ids)``."""
+    keep = None if policy.wal_entries is None else wal.cursor_keeping(gw, policy.wal_entries)
+    bound = trim_bound(wal.flush_watermark(gw), lake_mark, keep)
+    before_ms = now_ms - int(policy.wal_age_s * 1000)
+    entries = wal.trim(gw, bound, before_ms=before_ms, batch=policy.batch)
+    horizon = encode(max(now_ms - int(policy.dedup_age_s * 1000), 0), 0)
+    return entries, wal.trim_delta_ids(gw, horizon, batch=policy.batch)
+
+
 def run_trim(
     ctx: PipelineContext,
     gw: str,
@@ -75,12 +89,7 @@ def run_trim(
     wal = ctx.wal
     lake = lake_watermark(ctx.spark, gw).cursor
     flushed = wal.flush_watermark(gw)
-    keep = None if policy.wal_entries is None else wal.cursor_keeping(gw, policy.wal_entries)
-    bound = trim_bound(flushed, lake, keep)
-    before_ms = now - int(policy.wal_age_s * 1000)
-    trimmed = wal.trim(gw, bound, before_ms=before_ms, batch=policy.batch)
-    horizon = encode(max(now - int(policy.dedup_age_s * 1000), 0), 0)
-    ids = wal.trim_delta_ids(gw, horizon, batch=policy.batch)
+    trimmed, ids = trim_wal(wal, gw, lake, policy, now)
     stats = wal.stats(gw)
     used = wal.storage()
     return TrimResult(

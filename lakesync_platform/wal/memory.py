@@ -214,7 +214,7 @@ class MemoryWal:
             )
             g.flush_watermark = cursor
 
-    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 5_000) -> int:
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
         """Delete entries in the lake with cursor ≤ ``up_to`` (with ``before_ms``: the oldest
         run ingested before it); move the floor; return how many."""
         if batch < 1:
@@ -234,7 +234,7 @@ class MemoryWal:
                 del g.entries[:cut]
             return cut
 
-    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 5_000) -> int:
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
         """Forget the ids of deltas stamped before ``before_hlc``; return how many."""
         if batch < 1:
             raise ValueError("batch must be at least 1")

@@ -43,7 +43,7 @@ _TRIM_ROW = (
 class SqlTrim(SqlDatabase):
     """Trimming, floors and the footprint of the SQL WAL."""
 
-    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 5_000) -> int:
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
         """Delete entries in the lake with cursor ≤ ``up_to`` in batches; see the module."""
         if batch < 1:
             raise ValueError("batch must be at least 1")
@@ -90,7 +90,7 @@ class SqlTrim(SqlDatabase):
         conn.exec_driver_sql(self._sql(_TRIM_ROW), (gw, last, int(deleted or 0), 0, 0, _now()))
         return int(deleted or 0), taken == batch
 
-    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 5_000) -> int:
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
         """Forget ids of deltas stamped before ``before_hlc``, ``batch`` per transaction."""
         if batch < 1:
             raise ValueError("batch must be at least 1")

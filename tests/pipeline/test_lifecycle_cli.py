@@ -100,7 +100,7 @@ COLD = {"name": "cold", "kind": "sqlite", "url": "sqlite:///c.db", "role": "cold
                 },
                 COLD,
             ],
-            "lifecycle moves rows between ('postgres', 'mysql', 'sqlite') destinations, not bigquery",
+            "('postgres', 'mysql', 'sqlite') destinations, not bigquery",
         ),
         (
             [
