@@ -245,9 +245,11 @@ def main() -> None:
                 ],
             )
         )  # fmt: skip
-        if rows:
-            flat = statistics.median(r["deltas_per_s"] for r in rows[-3:]) / rows[0]["deltas_per_s"]
-            print(f"throughput of the last windows / the first: {flat:.2f}")
+        if len(rows) >= 2:
+            for key, what in (("deltas_per_s", "wall"), ("deltas_per_cpu_s", "CPU")):
+                first = statistics.median(r[key] for r in rows[:3])
+                last = statistics.median(r[key] for r in rows[-3:])
+                print(f"throughput per {what} second, last 3 windows / first 3: {last / first:.2f}")
     print(f"load average: {results['loadavg_start']} → {results['loadavg_end']}")
     print(f"wrote {write_json(args.out, results)}")
 
