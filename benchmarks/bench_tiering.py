@@ -128,6 +128,17 @@ def _file(url: str, suffix: str) -> int | None:
     return path.stat().st_size if path.exists() else 0
 
 
+def _pg_tables(wal: WriteAheadLog) -> dict[str, int] | None:
+    """PostgreSQL: bytes of the log, the ids and the rows tables (indexes included)."""
+    if wal.dialect != "postgresql":
+        return None
+    with wal.read() as conn:
+        return {
+            name: int(conn.exec_driver_sql(f"SELECT pg_total_relation_size('{name}')").scalar())
+            for name in ("wal_entries", "wal_delta_ids", "wal_rows")
+        }
+
+
 def run_mode(args: argparse.Namespace, url: str, retention: bool) -> list[dict[str, Any]]:
     """Push ``--total`` deltas; one record per ``--report-every``."""
     clock = [START_MS]
@@ -171,6 +182,7 @@ def run_mode(args: argparse.Namespace, url: str, retention: bool) -> list[dict[s
                         "db_bytes": _file(url, ""),
                         "journal_bytes": _file(url, "-wal"),
                         "free_bytes": used.free_bytes,
+                        "pg_tables": _pg_tables(wal),
                         "log_floor": wal.log_floor(GW),
                         "trim_runs": job.runs if job else 0,
                         "longest_trim_s": job.longest_run_s if job else 0.0,
@@ -245,6 +257,14 @@ def main() -> None:
                 ],
             )
         )  # fmt: skip
+        if rows and rows[0]["pg_tables"]:
+            print("PostgreSQL tables (MB): entries / ids / rows")
+            for r in rows:
+                t = r["pg_tables"]
+                print(
+                    f"  {fmt_count(r['pushed'])}: {t['wal_entries'] / 1e6:.1f} / "
+                    f"{t['wal_delta_ids'] / 1e6:.1f} / {t['wal_rows'] / 1e6:.1f}"
+                )
         if len(rows) >= 2:
             for key, what in (("deltas_per_s", "wall"), ("deltas_per_cpu_s", "CPU")):
                 first = statistics.median(r[key] for r in rows[:3])

@@ -339,6 +339,11 @@ class WalStore(Protocol):
         """What the whole WAL database takes on disk (every gateway)."""
         ...
 
+    def reclaim(self) -> None:
+        """Make the space of trimmed entries and ids reusable now (PostgreSQL: ``VACUUM`` of
+        those tables, which blocks no reader or writer; elsewhere nothing to do)."""
+        ...
+
     def stats(self, gw: str) -> GatewayStats:
         """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
         ...

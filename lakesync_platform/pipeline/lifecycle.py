@@ -28,7 +28,18 @@ from ..settings import RetentionSettings
 from ..spark.flush import lake_watermark
 from .context import CheckOutcome, PipelineContext
 
-__all__ = ["TrimResult", "check_wal_retention", "run_trim", "trim_bound", "trim_wal"]
+__all__ = [
+    "CHECK_SLACK_S",
+    "TrimResult",
+    "check_wal_retention",
+    "run_trim",
+    "trim_bound",
+    "trim_wal",
+]
+
+CHECK_SLACK_S = 7_200.0
+"""How far past the retention an entry in the lake may be before the check fails: two periods
+of the hourly lifecycle schedule."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +76,17 @@ def trim_wal(
     wal: WalStore, gw: str, lake_mark: int, policy: RetentionSettings, now_ms: int
 ) -> tuple[int, int]:
     """Trim ``gw``'s entries by ``policy`` below the flush watermark and ``lake_mark`` (the
-    lake's own watermark), then its delta ids before the dedup horizon; ``(entries, ids)``."""
+    lake's own watermark), then its delta ids before the dedup horizon, and make the space
+    reusable; ``(entries, ids)``."""
     keep = None if policy.wal_entries is None else wal.cursor_keeping(gw, policy.wal_entries)
     bound = trim_bound(wal.flush_watermark(gw), lake_mark, keep)
     before_ms = now_ms - int(policy.wal_age_s * 1000)
     entries = wal.trim(gw, bound, before_ms=before_ms, batch=policy.batch)
     horizon = encode(max(now_ms - int(policy.dedup_age_s * 1000), 0), 0)
-    return entries, wal.trim_delta_ids(gw, horizon, batch=policy.batch)
+    ids = wal.trim_delta_ids(gw, horizon, batch=policy.batch)
+    if entries or ids:
+        wal.reclaim()
+    return entries, ids
 
 
 def run_trim(
@@ -111,8 +126,9 @@ def check_wal_retention(
     ctx: PipelineContext, gw: str, *, now_ms: int | None = None
 ) -> CheckOutcome:
     """Trimming keeps up: the lake holds everything at or below the WAL's floor, and no entry
-    the lake holds has outlived twice the retention age (the lake falling behind, or the
-    lifecycle schedule stopped, fails it)."""
+    the lake holds has outlived the retention age by more than :data:`CHECK_SLACK_S` or the
+    retention again, whichever is longer (the lake falling behind, or the lifecycle schedule
+    stopped, fails it; an entry flushed since the last trim does not)."""
     policy = ctx.settings.retention
     now = int(time.time() * 1000) if now_ms is None else now_ms
     wal = ctx.wal
@@ -128,13 +144,13 @@ def check_wal_retention(
         )
     oldest = wal.read_entries(gw, floor, 1)
     covered = min(wal.flush_watermark(gw), lake)
-    limit_ms = now - int(2 * policy.wal_age_s * 1000)
+    limit_ms = now - int((policy.wal_age_s + max(policy.wal_age_s, CHECK_SLACK_S)) * 1000)
     if oldest and oldest[0].cursor <= covered and oldest[0].ingest_ms < limit_ms:
         age_s = (now - oldest[0].ingest_ms) / 1000
         meta["oldest_age_s"] = round(age_s, 1)
         return CheckOutcome(
             False,
-            f"entry {oldest[0].cursor} is in the lake and {age_s:.0f} s old, over twice the "
+            f"entry {oldest[0].cursor} is in the lake and {age_s:.0f} s old, far over the "
             f"retention of {policy.wal_age_s:.0f} s: the lifecycle job is not trimming",
             meta,
         )

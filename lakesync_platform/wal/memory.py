@@ -273,6 +273,9 @@ class MemoryWal:
         """Nothing on disk."""
         return WalStorage(0, None)
 
+    def reclaim(self) -> None:
+        """Nothing to reclaim: trimmed entries are gone with their list items."""
+
     def stats(self, gw: str) -> GatewayStats:
         """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
         with self._lock:

@@ -20,7 +20,9 @@ import os
 import time
 
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import SQLAlchemyError
 
+from ..core.errors import AdapterError
 from ..core.wal import WalStorage
 from . import tables as t
 from .database import SqlDatabase
@@ -157,6 +159,20 @@ class SqlTrim(SqlDatabase):
         path = self._write.url.database or ""
         on_disk = sum(os.path.getsize(p) for p in (path, path + "-wal") if os.path.exists(p))
         return WalStorage(on_disk, free * page)
+
+    def reclaim(self) -> None:
+        """PostgreSQL: ``VACUUM`` the trimmed tables, so their dead rows' space is reused by
+        the next appends instead of growing the tables until autovacuum comes by (it takes a
+        lock that blocks no reader or writer; ``SKIP_LOCKED``: never waits). SQLite reuses a
+        deleted row's page at once: nothing to do."""
+        if self.dialect != "postgresql":
+            return
+        try:
+            with self._write.connect() as conn:
+                auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+                auto.exec_driver_sql("VACUUM (SKIP_LOCKED) wal_entries, wal_delta_ids")
+        except SQLAlchemyError as exc:
+            raise AdapterError(f"WAL vacuum failed: {exc}") from exc
 
     @staticmethod
     def _floor_in(conn: Connection, gw: str) -> int:

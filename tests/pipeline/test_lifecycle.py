@@ -64,6 +64,8 @@ def test_trim_keeps_below_both_watermarks_and_a_lagging_lake_stops_the_flush(
     assert check_wal_retention(ctx, gw, now_ms=now).passed
     run_flush(ctx, gw)  # the rest reaches the lake from above the floor
     assert check_log_exactly_once(ctx, gw).passed
+    stale = check_wal_retention(ctx, gw, now_ms=now + 10 * 86_400_000)  # no trim for 10 days
+    assert not stale.passed and "not trimming" in stale.description
 
     spark.sql(f"DROP TABLE {deltas_table(gw)}")  # the lake lost its change log
     outcome = check_wal_retention(ctx, gw, now_ms=now)

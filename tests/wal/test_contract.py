@@ -250,6 +250,9 @@ def test_forgotten_delta_ids_are_merged_again_without_effect(store: WalStore, gw
 def test_storage_reports_the_footprint(store: WalStore, gw: str) -> None:
     service = SyncService(store, clock=lambda: BASE_MS)
     service.push(gw, "a", [make_delta("a", encode(BASE_MS, 0), "t", "r1", {"x": "y" * 1000})])
+    store.set_flush_watermark(gw, 1)
+    assert store.trim(gw, 1) == 1
+    store.reclaim()  # PostgreSQL: VACUUM outside any transaction; elsewhere nothing to do
     used = store.storage()
     if isinstance(store, MemoryWal):
         assert used == WalStorage(0, None)
