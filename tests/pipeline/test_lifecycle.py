@@ -175,7 +175,8 @@ def test_the_lifecycle_job_trims_on_its_schedule_and_checks_retention(
     defs = build_definitions(env)
     job = lifecycle_job_name(gw)
     assert defs.resolve_schedule_def(f"{job}_schedule").cron_schedule == "17 * * * *"
-    result = defs.resolve_job_def(job).execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    with dg.DagsterInstance.ephemeral() as instance:
+        result = defs.resolve_job_def(job).execute_in_process(instance=instance)
     assert result.success
     (event,) = result.get_asset_materialization_events()
     assert event.asset_key == dg.AssetKey([gw, "hot_wal"])
