@@ -55,12 +55,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.sync.client import connect as sync_connect
 
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from benchmarks.harness.snapshot import git_info
 from benchmarks.harness.stats import pct
-from benchmarks.harness.ws_receivers import Receivers
+from benchmarks.harness.ws_receivers import Pusher, Receivers
 from lakesync_platform.core.actions import Action, ActionResult
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.hlc import encode
@@ -170,7 +169,8 @@ def fanout(
     pid = proc.proc.pid
     load = [os.getloadavg()[0]]
     try:
-        with sync_connect(socket_url(proc, gw, "pusher"), max_size=None) as pusher:
+        pusher = Pusher(proc.port, f"/v1/sync/{gw}/ws?token={dev_token('pusher', gw, SECRET)}")
+        try:
             gateway_cpu0 = cpu_seconds(pid)
             receiver_cpu0 = sum(cpu_seconds(p) for p in receivers.pids)
             for k in range(pushes):
@@ -183,11 +183,9 @@ def fanout(
                 sent = time.monotonic_ns()
                 pusher.send(data)
                 while True:
-                    reply = pusher.recv(timeout=60)
-                    assert isinstance(reply, bytes)
+                    reply, acked = pusher.recv()
                     if reply[0] != TAG_BROADCAST:
                         break
-                acked = time.monotonic_ns()
                 times = receivers.collect(60)
                 lat = [max(t - acked, 0) / 1e6 for t in times]
                 from_ack += lat
@@ -196,6 +194,8 @@ def fanout(
                 round_p99.append(pct(lat, 99))
             gateway_cpu = cpu_seconds(pid) - gateway_cpu0
             receiver_cpu = sum(cpu_seconds(p) for p in receivers.pids) - receiver_cpu0
+        finally:
+            pusher.close()
     finally:
         receivers.close_sockets()
     load.append(os.getloadavg()[0])

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import multiprocessing
 import os
+import socket
 import struct
 import threading
 import time
@@ -35,7 +36,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
 
-__all__ = ["Receivers"]
+__all__ = ["Pusher", "Receivers"]
 
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 _TAG_BROADCAST = 0x03
@@ -45,53 +46,62 @@ _DEFLATE_TAIL = b"\x00\x00\xff\xff"
 
 
 def _client_frame(opcode: int, payload: bytes) -> bytes:
-    """A masked client frame (RFC 6455 §5.3) of ``payload`` (< 126 bytes: controls only)."""
+    """A masked client frame (RFC 6455 §5.3) of ``payload``."""
     mask = os.urandom(4)
-    masked = bytes(b ^ mask[i & 3] for i, b in enumerate(payload))
-    return bytes([0x80 | opcode, 0x80 | len(payload)]) + mask + masked
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, 0x80 | n])
+    elif n < 1 << 16:
+        head = bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", n)
+    else:
+        head = bytes([0x80 | opcode, 0x80 | 127]) + struct.pack("!Q", n)
+    repeated = (mask * (n // 4 + 1))[:n]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(repeated, "big")).to_bytes(n, "big")
+    return head + mask + masked
 
 
-class _Client(asyncio.Protocol):
-    """One socket: the handshake, then every message handed to ``on_message`` with the
-    monotonic time at which the bytes that completed it were read."""
+def _upgrade_request(port: int, path: str, deflate: bool) -> tuple[bytes, bytes]:
+    """The opening handshake's request for ``path`` and its ``Sec-WebSocket-Key``."""
+    key = base64.b64encode(os.urandom(16))
+    ext = (
+        b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+        if deflate
+        else b""
+    )
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    ).encode()
+    return head + b"Sec-WebSocket-Key: " + key + b"\r\n" + ext + b"\r\n", key
 
-    def __init__(
-        self, request: bytes, key: bytes, on_message: Callable[[_Client, bytes, int], None]
-    ) -> None:
-        self.request = request
+
+class _Wire:
+    """The client side of one connection without I/O: bytes in, messages and replies out."""
+
+    def __init__(self, key: bytes) -> None:
         self.expected_accept = base64.b64encode(hashlib.sha1(key + _GUID).digest())
-        self.on_message = on_message
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.handshaken = False
         self.inflater: Any = None
         self.reset_inflater = False
+        self.wbits = 15
         self.fragments: list[bytes] = []
         self.compressed = False
         self.closed = False
+        self.replies: list[bytes] = []
+        """Frames to send back (pongs, the close reply)."""
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        self.transport.write(self.request)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.opened.done():
-            self.opened.set_exception(ConnectionError(f"connection lost in handshake: {exc!r}"))
-
-    def data_received(self, data: bytes) -> None:
-        now = time.monotonic_ns()
+    def receive(self, data: bytes) -> list[bytes]:
+        """Take bytes off the socket; the complete messages they finish. Raises
+        ``ConnectionError`` if the handshake fails."""
         self.buffer += data
         if not self.handshaken:
             end = self.buffer.find(b"\r\n\r\n")
             if end < 0:
-                return
+                return []
             head, self.buffer = self.buffer[:end].decode("latin-1"), self.buffer[end + 4 :]
             self._handshake(head)
-            if not self.handshaken:
-                return
-        self._frames(now)
+        return self._frames()
 
     def _handshake(self, head: str) -> None:
         lines = head.split("\r\n")
@@ -100,26 +110,19 @@ class _Client(asyncio.Protocol):
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         if not lines[0].startswith("HTTP/1.1 101"):
-            self.opened.set_exception(ConnectionError(f"upgrade refused: {lines[0]}"))
-            assert self.transport is not None
-            self.transport.close()
-            return
+            raise ConnectionError(f"upgrade refused: {lines[0]}")
         if headers.get("sec-websocket-accept", "").encode() != self.expected_accept:
-            self.opened.set_exception(ConnectionError("bad Sec-WebSocket-Accept"))
-            assert self.transport is not None
-            self.transport.close()
-            return
+            raise ConnectionError("bad Sec-WebSocket-Accept")
         ext = headers.get("sec-websocket-extensions", "")
         if ext.startswith("permessage-deflate"):
             params = {p.split("=")[0].strip(): p.partition("=")[2] for p in ext.split(";")[1:]}
-            bits = int(params.get("server_max_window_bits") or 15)
-            self.inflater = zlib.decompressobj(-bits)
+            self.wbits = int(params.get("server_max_window_bits") or 15)
+            self.inflater = zlib.decompressobj(-self.wbits)
             self.reset_inflater = "server_no_context_takeover" in params
-            self._wbits = bits
         self.handshaken = True
-        self.opened.set_result(None)
 
-    def _frames(self, now: int) -> None:
+    def _frames(self) -> list[bytes]:
+        out: list[bytes] = []
         buf = self.buffer
         pos = 0
         while len(buf) - pos >= 2:
@@ -140,33 +143,79 @@ class _Client(asyncio.Protocol):
                 break
             payload = buf[pos + head : pos + head + length]
             pos += head + length
-            self._frame(b0, payload, now)
+            message = self._frame(b0, payload)
+            if message is not None:
+                out.append(message)
         self.buffer = buf[pos:]
+        return out
 
-    def _frame(self, b0: int, payload: bytes, now: int) -> None:
+    def _frame(self, b0: int, payload: bytes) -> bytes | None:
         opcode = b0 & 0x0F
         if opcode == _OP_PING:
-            self._write(_client_frame(_OP_PONG, payload))
-            return
+            self.replies.append(_client_frame(_OP_PONG, payload))
+            return None
         if opcode == _OP_CLOSE:
             if not self.closed:
-                self._write(_client_frame(_OP_CLOSE, payload[:2]))
+                self.replies.append(_client_frame(_OP_CLOSE, payload[:2]))
                 self.closed = True
-            return
+            return None
         if opcode == _OP_PONG:
-            return
+            return None
         if opcode != _OP_CONT:
             self.compressed = bool(b0 & 0x40)
         self.fragments.append(payload)
         if not b0 & 0x80:
-            return
+            return None
         data = b"".join(self.fragments) if len(self.fragments) > 1 else self.fragments[0]
         self.fragments = []
         if self.compressed:
             data = self.inflater.decompress(data + _DEFLATE_TAIL)
             if self.reset_inflater:
-                self.inflater = zlib.decompressobj(-self._wbits)
-        self.on_message(self, data, now)
+                self.inflater = zlib.decompressobj(-self.wbits)
+        return data
+
+
+class _Client(asyncio.Protocol):
+    """One socket of a receiver: every message is handed to ``on_message`` with the monotonic
+    time at which the bytes that completed it were read."""
+
+    def __init__(
+        self, request: bytes, key: bytes, on_message: Callable[[_Client, bytes, int], None]
+    ) -> None:
+        self.request = request
+        self.wire = _Wire(key)
+        self.on_message = on_message
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+        self.index = -1
+        """The socket's place in its receiver's round."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.write(self.request)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.wire.closed = True
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionError(f"connection lost in handshake: {exc!r}"))
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        try:
+            messages = self.wire.receive(data)
+        except ConnectionError as exc:
+            if not self.opened.done():
+                self.opened.set_exception(exc)
+            assert self.transport is not None
+            self.transport.close()
+            return
+        if self.wire.handshaken and not self.opened.done():
+            self.opened.set_result(None)
+        for message in messages:
+            self.on_message(self, message, now)
+        if self.wire.replies:
+            self._write(b"".join(self.wire.replies))
+            self.wire.replies = []
 
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -174,11 +223,52 @@ class _Client(asyncio.Protocol):
 
     def close(self) -> None:
         """Send a close frame (1000) and drop the connection."""
-        if not self.closed:
+        if not self.wire.closed:
             self._write(_client_frame(_OP_CLOSE, struct.pack("!H", 1000)))
-            self.closed = True
+            self.wire.closed = True
         if self.transport is not None:
             self.transport.close()
+
+
+class Pusher:
+    """A blocking socket that sends frames and reads messages with their arrival time
+    (``monotonic_ns``), read the same way as the receivers read theirs."""
+
+    def __init__(self, port: int, path: str) -> None:
+        request, key = _upgrade_request(port, path, False)
+        self.wire = _Wire(key)
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(request)
+        self.messages: list[tuple[bytes, int]] = []
+        while not self.wire.handshaken:
+            self._read()
+
+    def _read(self) -> None:
+        data = self.sock.recv(1 << 16)
+        now = time.monotonic_ns()
+        if not data:
+            raise ConnectionError("the gateway closed the pusher's connection")
+        self.messages += [(m, now) for m in self.wire.receive(data)]
+        if self.wire.replies:
+            self.sock.sendall(b"".join(self.wire.replies))
+            self.wire.replies = []
+
+    def send(self, data: bytes) -> None:
+        """Send one binary message."""
+        self.sock.sendall(_client_frame(_OP_BINARY, data))
+
+    def recv(self) -> tuple[bytes, int]:
+        """The next message and when it arrived."""
+        while not self.messages:
+            self._read()
+        return self.messages.pop(0)
+
+    def close(self) -> None:
+        """Send a close frame and drop the connection."""
+        with contextlib.suppress(OSError):
+            self.sock.sendall(_client_frame(_OP_CLOSE, struct.pack("!H", 1000)))
+        self.sock.close()
 
 
 class _Receiver:
@@ -188,7 +278,6 @@ class _Receiver:
         self.conn = conn
         self.port = port
         self.clients: list[_Client] = []
-        self.index: dict[int, int] = {}
         self.needle = b""
         self.times: list[int] = []
         self.remaining = 0
@@ -197,8 +286,8 @@ class _Receiver:
     def on_message(self, client: _Client, data: bytes, now: int) -> None:
         if not data or data[0] != _TAG_BROADCAST or not self.needle or self.needle not in data:
             return
-        i = self.index[id(client)]
-        if self.times[i] == 0:
+        i = client.index
+        if i >= 0 and self.times[i] == 0:
             self.times[i] = now
             self.remaining -= 1
             if self.remaining == 0:
@@ -207,27 +296,10 @@ class _Receiver:
 
     async def open(self, paths: Sequence[str], deflate: bool) -> None:
         loop = asyncio.get_running_loop()
-        ext = (
-            b"Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
-            if deflate
-            else b""
-        )
         for start in range(0, len(paths), 100):
             batch: list[_Client] = []
             for path in paths[start : start + 100]:
-                key = base64.b64encode(os.urandom(16))
-                request = (
-                    (
-                        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                        "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                        "Sec-WebSocket-Version: 13\r\n"
-                    ).encode()
-                    + b"Sec-WebSocket-Key: "
-                    + key
-                    + b"\r\n"
-                    + ext
-                    + b"\r\n"
-                )
+                request, key = _upgrade_request(self.port, path, deflate)
                 client = _Client(request, key, self.on_message)
                 await asyncio.wait_for(
                     loop.create_connection(lambda c=client: c, "127.0.0.1", self.port),  # type: ignore[misc]
@@ -236,13 +308,14 @@ class _Receiver:
                 batch.append(client)
             await asyncio.wait_for(asyncio.gather(*(c.opened for c in batch)), 60)
             for c in batch:
-                self.index[id(c)] = len(self.clients)
+                c.index = len(self.clients)
                 self.clients.append(c)
 
     def close_all(self) -> None:
         for c in self.clients:
+            c.index = -1
             c.close()
-        self.clients, self.index = [], {}
+        self.clients = []
 
     def on_command(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
