@@ -49,6 +49,7 @@ from typing import Any, Final, Protocol, TypeVar
 from ..core.delta import ColumnDelta, RowDelta
 from ..core.proto import TAG_BROADCAST, encode_sync_response, frame
 from ..core.sync_rules import Claims
+from .cursors import split_cursor
 from .delivery import PulledDelta, PullPage, StampedInsert
 from .service import SyncService
 
@@ -60,6 +61,9 @@ T = TypeVar("T")
 
 _CHUNK: Final = 32
 """Sessions whose pages one worker-thread call cuts, on a gateway with filtering rules."""
+_YIELD_EVERY: Final = 256
+"""Sessions handed their frames between two turns of the event loop (a fan-out to 10 000
+sockets would otherwise hold the loop for a quarter of a second)."""
 
 
 class Offloader(Protocol):
@@ -311,7 +315,11 @@ class BroadcastFeed:
                 self._drop(s, "Broadcast failed: reconnect")
             return []
         again: list[FeedSession] = []
-        for (s, epoch), (_, cursor, _), (page, frames) in zip(chunk, wants, cuts, strict=True):
+        for i, ((s, epoch), (_, cursor, _), (page, frames)) in enumerate(
+            zip(chunk, wants, cuts, strict=True)
+        ):
+            if i and not i % _YIELD_EVERY:
+                await asyncio.sleep(0)  # let the loop serve others (each session is checked anew)
             if s.closing:
                 continue
             if s.busy:
@@ -336,16 +344,25 @@ class BroadcastFeed:
     def _cut(self, gw: str, wants: Sequence[_Want]) -> tuple[bool, list[_Cut]]:
         """The page and frames of each want (on a worker thread), and whether the gateway has
         filtering rules. Without them a page depends on the cursor alone: one per cursor."""
-        limit = self._page_size
-        if self._sync.config(gw).has_filters:
-            cuts = []
-            for client_id, cursor, claims in wants:
-                page = self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
-                cuts.append((page, _frames(page)))
-            return True, cuts
+        if not self._sync.config(gw).has_filters:
+            shared = self._cut_shared(gw, wants)
+            if shared is not None:
+                return False, shared
+        return True, [self._cut_one(gw, *want) for want in wants]
+
+    def _cut_shared(self, gw: str, wants: Sequence[_Want]) -> list[_Cut] | None:
+        """One page per cursor for every want; ``None`` if a page came out of filtering rules
+        (saved since the config was read: each want needs its own page then)."""
         by_cursor: dict[int, _Cut] = {}
-        for client_id, cursor, claims in wants:
+        for want in wants:
+            cursor = want[1]
             if cursor not in by_cursor:
-                page = self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
-                by_cursor[cursor] = (page, _frames(page))
-        return False, [by_cursor[cursor] for _, cursor, _ in wants]
+                cut = by_cursor[cursor] = self._cut_one(gw, *want)
+                if split_cursor(cut[0].server_hlc)[0] != 0:  # a view tag: rules filter now
+                    return None
+        return [by_cursor[cursor] for _, cursor, _ in wants]
+
+    def _cut_one(self, gw: str, client_id: str, cursor: int, claims: Claims) -> _Cut:
+        """The feed page of ``client_id`` from ``cursor`` and its frames."""
+        page = self._sync.pull(gw, client_id, cursor, self._page_size, claims=claims, feed=True)
+        return page, _frames(page)
