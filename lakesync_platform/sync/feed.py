@@ -146,6 +146,12 @@ def _frames(page: PullPage) -> tuple[bytes, ...]:
 
 _Cut = tuple[PullPage, tuple[bytes, ...]]
 _Want = tuple[str, int, Claims]  # client id, cursor, claims
+_ClaimsKey = tuple[tuple[str, str | tuple[str, ...]], ...]
+
+
+def _claims_key(claims: Claims) -> _ClaimsKey:
+    """``claims`` as a value to compare and hash."""
+    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in claims.items()))
 
 
 @dataclass(eq=False)
@@ -348,7 +354,14 @@ class BroadcastFeed:
             shared = self._cut_shared(gw, wants)
             if shared is not None:
                 return False, shared
-        return True, [self._cut_one(gw, *want) for want in wants]
+        # Each session its own page; sessions of one client at one cursor (its tabs) share it:
+        # the client's delivery records, which the first cut updates, give the next the same.
+        own: dict[tuple[str, int, _ClaimsKey], _Cut] = {}
+        for client_id, cursor, claims in wants:
+            key = (client_id, cursor, _claims_key(claims))
+            if key not in own:
+                own[key] = self._cut_one(gw, client_id, cursor, claims)
+        return True, [own[(c, cursor, _claims_key(cl))] for c, cursor, cl in wants]
 
     def _cut_shared(self, gw: str, wants: Sequence[_Want]) -> list[_Cut] | None:
         """One page per cursor for every want; ``None`` if a page came out of filtering rules

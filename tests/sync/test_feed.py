@@ -124,12 +124,13 @@ class Gateway:
         self.served: list[asyncio.Task[None]] = []
         self.n = 0
 
-    async def connect(self, client_id: str, admin: bool = False) -> tuple[Session, MemorySocket]:
+    async def connect(
+        self, client_id: str, admin: bool = False, sub: str = ""
+    ) -> tuple[Session, MemorySocket]:
         socket = MemorySocket()
         assert self.realtime.admit()
-        session = await self.realtime.open(
-            socket, self.gw, client_id, {"sub": client_id}, any_client_id=admin
-        )
+        claims = {"sub": sub or client_id}
+        session = await self.realtime.open(socket, self.gw, client_id, claims, any_client_id=admin)
         self.served.append(asyncio.create_task(self.realtime.serve(session)))
         return session, socket
 
@@ -182,8 +183,8 @@ def test_with_filtering_rules_each_session_gets_its_own_view(gw: str) -> None:
     async def scenario() -> None:
         g = Gateway(gw)
         g.sync.save_sync_rules(gw, parse_sync_rules(RULES))
-        alice = [(await g.connect("alice"))[1] for _ in range(3)]
-        bob = [(await g.connect("bob"))[1] for _ in range(40)]
+        alice = [(await g.connect("alice"))[1] for _ in range(3)]  # one client, three sockets
+        bob = [(await g.connect(f"bob-{i}", sub="bob"))[1] for i in range(20)]  # twenty clients
         g.write("alice", "a1", "hers", owner="alice")
         g.write("bob", "b1", "his", owner="bob")
         await until(lambda: all(s.broadcasts() for s in alice + bob))
@@ -191,6 +192,8 @@ def test_with_filtering_rules_each_session_gets_its_own_view(gw: str) -> None:
         for s in alice:
             await until(lambda s=s: [r for f in s.broadcasts() for r in f] == [("a1", "hers")])
         assert all(s.broadcasts() == [[("b1", "his")]] for s in bob)  # never alice's row
+        assert all(s.sent[0] is alice[0].sent[0] for s in alice)  # one client: one page
+        assert len({id(s.sent[0]) for s in bob}) == len(bob)  # each client its own
         # The row is handed over: it leaves alice's view (a delete) and enters bob's whole.
         g.write("alice", "a1", "yours", owner="bob")
         await until(lambda: all(("a1", "yours") in s.broadcasts()[-1] for s in bob))
