@@ -6,12 +6,18 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
 ``--ws-max-connections`` above the largest idle step) and measures, in one run:
 
 * **broadcast latency** to N connected sockets (``--fanout``, default 10, 100 and 1 000), each
-  opened by this process on one asyncio event loop with its own token: one more socket pushes
-  one delta at a time (``--pushes`` rounds, each after every socket got the previous one); for
-  every receiving socket the time from the push's acknowledgement (and from sending it) to the
-  ``0x03`` frame — p50 and p99 over all deliveries, and the median over rounds of each round's
-  p50 and p99. Every size is measured with the client offering per-message deflate (the
-  ``websockets`` default; a gateway that negotiates it compresses every frame) and without it
+  with its own token, held by ``--receivers`` processes of their own (default 4; each a share
+  of the sockets on its own event loop, see ``harness/ws_receivers.py``), so the gateway keeps
+  its process and no one loop queues a thousand frames. One more socket, in this process,
+  pushes one delta at a time (``--pushes`` rounds, each after every socket got the previous
+  one). For every receiving socket: the time from the push's acknowledgement (and from sending
+  it) to the ``0x03`` frame, all read with ``time.monotonic_ns()`` as the bytes come off each
+  socket (``CLOCK_MONOTONIC``, one clock for the machine) — p50 and p99 over all deliveries,
+  and the median over rounds of each round's p50 and p99. Beside them, the **CPU seconds** the
+  gateway process (all its threads) and the receivers spent per round (``/proc/PID/stat``),
+  which another job on the machine disturbs far less than the latencies, and the 1-minute load
+  average before and after. Every size is measured with the client offering per-message
+  deflate (a gateway that negotiates it compresses every frame) and without it
   (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
@@ -22,10 +28,12 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   over ``POST /v1/sync/{gw}/action``, fresh and then again (duplicates, answered from the
   stored result).
 
-The figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms
-from acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS).
-Receive times are taken on the benchmark's one event loop, so at 1 000 sockets they include
-this process's own queueing behind the other sockets' frames.
+``--fanout-only`` skips the last three (their JSON keys are then null). The figures are
+measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
+acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
+receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
+much about the other jobs as about the gateway, which the CPU per round and the load average
+show.
 
 Prints tables and writes ``benchmarks/results/realtime.json`` (``--out``).
 
@@ -33,6 +41,7 @@ Usage (from the repository root):
     .venv/bin/python benchmarks/bench_realtime.py                                   # ~3 min
     .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 --pushes 10 --idle 500 1000 \
         --throughput 100 --actions 100                                              # quick
+    .venv/bin/python benchmarks/bench_realtime.py --fanout 1000 --compression none --fanout-only
 """
 
 from __future__ import annotations
