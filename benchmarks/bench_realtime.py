@@ -28,7 +28,9 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   over ``POST /v1/sync/{gw}/action``, fresh and then again (duplicates, answered from the
   stored result).
 
-``--fanout-only`` skips the last three (their JSON keys are then null). The figures are
+``--pin`` runs the gateway on the first CPU and the receivers and the pusher on the others, so
+the receivers never take the gateway's core (on two cores: one each). ``--fanout-only`` skips
+the last three measurements (their JSON keys are then null). The figures are
 measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
 acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
 receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
@@ -154,6 +156,12 @@ async def open_sockets(
         for failed in opened:
             if isinstance(failed, BaseException):
                 raise failed
+
+
+def pin(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -399,6 +407,11 @@ def main() -> None:
     parser.add_argument("--throughput", type=int, default=500)
     parser.add_argument("--actions", type=int, default=300)
     parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the gateway on the first CPU and the receivers and pusher on the others",
+    )
+    parser.add_argument(
         "--fanout-only",
         action="store_true",
         help="measure the broadcast latency only (no idle sockets, throughput or actions)",
@@ -434,6 +447,13 @@ def main() -> None:
         acts: dict[str, dict[str, float]] = {}
         try:
             receivers = Receivers(args.receivers, proc.port)
+            if args.pin:
+                cpus = sorted(os.sched_getaffinity(0))
+                assert proc.proc is not None and len(cpus) > 1, "--pin needs two CPUs"
+                pin(proc.proc.pid, {cpus[0]})
+                for pid in [os.getpid(), *receivers.pids]:
+                    pin(pid, set(cpus[1:]))
+                log(f"gateway pinned to CPU {cpus[0]}, receivers and pusher to {cpus[1:]}")
             fan = []
             for n in args.fanout:
                 for deflate in modes:
@@ -523,6 +543,7 @@ def main() -> None:
             "benchmark": "realtime",
             "open_files_limit": open_files,
             "load_average": list(os.getloadavg()),
+            "pinned": args.pin,
             "fanout": fan,
             # Skipped parts (--fanout-only) are null.
             "idle": {
