@@ -20,9 +20,12 @@ so the failure must cost that row only — and that row comes back when the clie
 its pending write may have been overwritten by a broadcast that crossed its push (the TS
 applier ignores entries being sent), and only a later delivery of the row restores it.
 
-**Sending.** Replies and broadcast pages (a page's frames together) wait for the socket in a
-bounded queue, written by one send task per session; a session whose queue is full is closed
-with 1013 (try again later): the client reconnects and pulls from its cursor. So a slow
+**Sending** (:meth:`Session.deliver`). A reply or a broadcast page (a page's frames together)
+is written on its caller's turn — the feed's, the handler's — when nothing waits to go before it
+and the socket takes it without waiting for the peer: a task or a queue hop per frame cost more
+than the write itself. A send that has to wait goes on as a task, and what follows it waits in
+a bounded queue that the session's send task empties in order; a session whose queue is full is
+closed with 1013 (try again later): the client reconnects and pulls from its cursor. So a slow
 consumer holds back no one: pushes return at commit and the feed hands out pages without
 waiting for any socket.
 """
@@ -105,7 +108,7 @@ class FrameSocket(Protocol):
         ...
 
     async def send(self, data: bytes) -> None:
-        """Send one binary message."""
+        """Send one binary message; it waits (suspends) only while the peer is not reading."""
         ...
 
     async def close(self, code: int, reason: str) -> None:
