@@ -321,13 +321,15 @@ class BroadcastFeed:
                 self._drop(s, "Broadcast failed: reconnect")
             return []
         again: list[FeedSession] = []
-        for i, ((s, epoch), (_, cursor, _), (page, frames)) in enumerate(
-            zip(chunk, wants, cuts, strict=True)
-        ):
+        for i, ((s, epoch), (_, cursor, _), cut) in enumerate(zip(chunk, wants, cuts, strict=True)):
             if i and not i % _YIELD_EVERY:
                 await asyncio.sleep(0)  # let the loop serve others (each session is checked anew)
             if s.closing:
                 continue
+            if isinstance(cut, Exception):  # (logged where it was raised)
+                self._drop(s, "Broadcast failed: reconnect")
+                continue
+            page, frames = cut
             if s.busy:
                 self._skip(g, s)
             elif s.epoch != epoch or s.cursor != cursor:
@@ -347,35 +349,40 @@ class BroadcastFeed:
         g.due.discard(s)
         s.feed_pending = True
 
-    def _cut(self, gw: str, wants: Sequence[_Want]) -> tuple[bool, list[_Cut]]:
+    def _cut(self, gw: str, wants: Sequence[_Want]) -> tuple[bool, list[_Cut | Exception]]:
         """The page and frames of each want (on a worker thread), and whether the gateway has
-        filtering rules. Without them a page depends on the cursor alone: one per cursor."""
+        filtering rules. Without them a page depends on the cursor alone: one per cursor. A
+        pull that fails fails its wants only (the exception stands in for their cut)."""
         if not self._sync.config(gw).has_filters:
             shared = self._cut_shared(gw, wants)
             if shared is not None:
                 return False, shared
         # Each session its own page; sessions of one client at one cursor (its tabs) share it:
         # the client's delivery records, which the first cut updates, give the next the same.
-        own: dict[tuple[str, int, _ClaimsKey], _Cut] = {}
+        own: dict[tuple[str, int, _ClaimsKey], _Cut | Exception] = {}
         for client_id, cursor, claims in wants:
             key = (client_id, cursor, _claims_key(claims))
             if key not in own:
                 own[key] = self._cut_one(gw, client_id, cursor, claims)
         return True, [own[(c, cursor, _claims_key(cl))] for c, cursor, cl in wants]
 
-    def _cut_shared(self, gw: str, wants: Sequence[_Want]) -> list[_Cut] | None:
+    def _cut_shared(self, gw: str, wants: Sequence[_Want]) -> list[_Cut | Exception] | None:
         """One page per cursor for every want; ``None`` if a page came out of filtering rules
         (saved since the config was read: each want needs its own page then)."""
-        by_cursor: dict[int, _Cut] = {}
+        by_cursor: dict[int, _Cut | Exception] = {}
         for want in wants:
             cursor = want[1]
             if cursor not in by_cursor:
                 cut = by_cursor[cursor] = self._cut_one(gw, *want)
-                if split_cursor(cut[0].server_hlc)[0] != 0:  # a view tag: rules filter now
-                    return None
+                if not isinstance(cut, Exception) and split_cursor(cut[0].server_hlc)[0] != 0:
+                    return None  # a view tag: rules filter now
         return [by_cursor[cursor] for _, cursor, _ in wants]
 
-    def _cut_one(self, gw: str, client_id: str, cursor: int, claims: Claims) -> _Cut:
-        """The feed page of ``client_id`` from ``cursor`` and its frames."""
-        page = self._sync.pull(gw, client_id, cursor, self._page_size, claims=claims, feed=True)
+    def _cut_one(self, gw: str, client_id: str, cursor: int, claims: Claims) -> _Cut | Exception:
+        """The feed page of ``client_id`` from ``cursor`` and its frames, or why not."""
+        try:
+            page = self._sync.pull(gw, client_id, cursor, self._page_size, claims=claims, feed=True)
+        except Exception as exc:
+            log.exception("the broadcast page of %s on %s failed", client_id, gw)
+            return exc
         return page, _frames(page)

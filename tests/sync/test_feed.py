@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.core.proto import (
     TAG_BROADCAST,
@@ -105,13 +106,24 @@ class Offload:
         return result
 
 
+class FailingPulls(SyncService):
+    """The sync service, whose pulls fail for the client ids in ``failing`` (a store error)."""
+
+    failing: frozenset[str] = frozenset()
+
+    def pull(self, gw: str, client_id: str, *args: Any, **kwargs: Any) -> Any:
+        if client_id in self.failing:
+            raise AdapterError("the store failed")
+        return super().pull(gw, client_id, *args, **kwargs)
+
+
 class Gateway:
     """A sync service on the in-memory WAL with its realtime service."""
 
     def __init__(self, gw: str, send_queue: int = 64) -> None:
         self.gw = gw
         self.clock = Clock(BASE_MS)
-        self.sync = SyncService(MemoryWal(), self.clock)
+        self.sync = FailingPulls(MemoryWal(), self.clock)
         self.offload = Offload()
         limits = RealtimeLimits(
             max_connections=1000,
@@ -198,6 +210,27 @@ def test_with_filtering_rules_each_session_gets_its_own_view(gw: str) -> None:
         g.write("alice", "a1", "yours", owner="bob")
         await until(lambda: all(("a1", "yours") in s.broadcasts()[-1] for s in bob))
         await until(lambda: all(s.broadcasts()[-1] == [("a1", None)] for s in alice))
+        await g.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("rules", [False, True])
+def test_a_page_that_fails_closes_its_sessions_only_with_1013(gw: str, rules: bool) -> None:
+    async def scenario() -> None:
+        g = Gateway(gw)
+        if rules:
+            g.sync.save_sync_rules(gw, parse_sync_rules(RULES))
+        _, good = await g.connect("good", sub="bob")
+        _, bad = await g.connect("bad", sub="bob")
+        g.sync.failing = frozenset({"bad"} if rules else {"bad", "good"})
+        g.write("bob", "b1", "his", owner="bob")
+        await until(lambda: bad.closed_with is not None)
+        assert bad.closed_with == (1013, "Broadcast failed: reconnect")
+        if rules:  # each its own page: the other session is fed
+            await until(lambda: good.broadcasts() == [[("b1", "his")]])
+        else:  # one page for both (which of them it was cut for)
+            await until(lambda: good.closed_with is not None)
         await g.close()
 
     run(scenario)
