@@ -21,9 +21,9 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   deliveries, and the median over rounds of each round's p50 and p99. Beside them, the **CPU
   seconds** the gateway process (all its threads) and the receivers spent per round
   (``/proc/PID/stat``), which another job on the machine disturbs far less than the
-  latencies, and the 1-minute load average before and after. Every size is measured with the client offering per-message
-  deflate (a gateway that negotiates it compresses every frame) and without it
-  (``--compression``);
+  latencies, and the 1-minute load average before and after. Every size is measured with
+  the client offering per-message deflate (a gateway that negotiates it compresses every
+  frame) and without it (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
 * **push throughput**: ``--throughput`` pushes of one delta each, sent one after the other,

@@ -21,6 +21,7 @@ from ..core.wal import AppendRequest, LoadedRows, PushPlan, RowRecord, WalEntry,
 from .config import GatewayConfig, load_config
 from .cursors import MAX_CURSOR, compose_cursor, split_cursor
 from .delivery import PullPage
+from .feed_cut import FeedPage, FeedWant, cut_feed_pages
 from .plan import plan_append, plan_push
 from .prepare import check_backlog, check_deltas, prepare
 from .pull import cut_page
@@ -190,7 +191,7 @@ class SyncService:
         """
         claims = claims or {}
         cfg = self.config(gw)
-        view = ClientView(cfg.rules, claims)
+        view = cfg.client_view(claims, cfg.view_key(claims))
         tag = cfg.view_tag(claims)
         if not 0 <= since <= MAX_CURSOR:
             since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
@@ -206,6 +207,20 @@ class SyncService:
                 gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def feed_pages(
+        self, gw: str, wants: Sequence[FeedWant], limit: int
+    ) -> list[FeedPage | Exception]:
+        """The broadcast page of each want — the page :meth:`pull` with ``feed=True`` would
+        cut for it — cut together from one read (:mod:`.feed_cut`); the delivery records they
+        set are saved, in one write, before this returns. An exception stands in for a page
+        that could not be cut; a failure to read or save records raises."""
+        cfg = self.config(gw)
+        with self.wal.feed_read(gw) as reader:
+            cut = cut_feed_pages(reader, cfg, wants, limit)
+        if cut.records:
+            self.wal.save_delivery_records(gw, cut.records)
+        return cut.pages
 
     def last_pulled_since(self, gw: str, client_id: str) -> int:
         """The cursor ``client_id`` last pulled from (0 if it never pulled): every row changed

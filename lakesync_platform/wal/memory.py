@@ -42,7 +42,7 @@ from ..core.wal import (
     decode_columns,
 )
 
-__all__ = ["MemoryRowReader", "MemoryWal"]
+__all__ = ["MemoryFeedReader", "MemoryRowReader", "MemoryWal"]
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -118,6 +118,25 @@ class MemoryRowReader:
     def client_records(self, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What the pulling client holds of the rows ``keys``, as far as the server knows."""
         return {k: rec for k in keys if (rec := self._records.get(k)) is not None}
+
+
+class MemoryFeedReader(MemoryRowReader):
+    """The feed's view of a gateway's rows and of every client's records, as of its start."""
+
+    def __init__(self, rows: list[StoredRow], records: dict[str, dict[str, RowRecord]]) -> None:
+        super().__init__(rows, {})
+        self._every = records
+
+    def delivery_records(
+        self, client_ids: Sequence[str], keys: Sequence[str]
+    ) -> dict[str, dict[str, RowRecord]]:
+        """What each of ``client_ids`` holds of the rows ``keys``."""
+        out = {}
+        for c in client_ids:
+            held = self._every.get(c, {})
+            if found := {k: rec for k in keys if (rec := held.get(k)) is not None}:
+                out[c] = found
+        return out
 
 
 class MemoryWal:
@@ -324,13 +343,36 @@ class MemoryWal:
             if record:
                 delivery.last_since[client_id] = since
             records = dict(delivery.client_rows.get(client_id, {}))
-            g = self._gateways.get(gw)
-            stored = {} if g is None else g.rows
-            rows = [
-                StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
-                for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
-            ]
+            rows = self._stored_rows(gw)
         yield MemoryRowReader(rows, records)
+
+    @contextmanager
+    def feed_read(self, gw: str) -> Iterator[MemoryFeedReader]:
+        """A snapshot of the rows and of every client's records, for the broadcast feed."""
+        with self._lock:
+            self._open()
+            delivery = self._deliveries.get(gw) or _Deliveries()
+            records = {c: dict(held) for c, held in delivery.client_rows.items()}
+            rows = self._stored_rows(gw)
+        yield MemoryFeedReader(rows, records)
+
+    def _stored_rows(self, gw: str) -> list[StoredRow]:
+        g = self._gateways.get(gw)
+        stored = {} if g is None else g.rows
+        return [
+            StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
+            for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
+        ]
+
+    def save_delivery_records(
+        self, gw: str, records: Mapping[str, Mapping[str, RowRecord]]
+    ) -> None:
+        """Upsert what each client holds of the rows named."""
+        with self._lock:
+            self._open()
+            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            for client_id, held in records.items():
+                delivery.client_rows.setdefault(client_id, {}).update(held)
 
     def save_client_records(
         self, gw: str, client_id: str, records: Mapping[str, RowRecord]
