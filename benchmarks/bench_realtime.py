@@ -36,9 +36,13 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
 ``--pin`` runs the gateway on the first CPU and the receivers and the pusher on the others, so
 the receivers never take the gateway's core (on two cores: one each); it holds for the whole
 run, so the throughput and action figures then come from a gateway on one core.
-``--code DIR`` runs the gateway on the product packages under ``DIR`` (``PYTHONPATH``), e.g.
-``git archive main lakesync_platform gateway | tar -x -C DIR``, to compare two versions side
-by side. ``--fanout-only`` skips the last three measurements (their JSON keys are then null). The
+``--code DIR`` runs the gateway on the product packages under ``DIR`` (its working directory
+and ``PYTHONPATH``), e.g. ``git archive main lakesync_platform gateway | tar -x -C DIR``, to
+compare two versions side by side. ``--fanout-only`` skips the last three measurements (their
+JSON keys are then null). Between rounds the benchmark waits until no thread of the gateway
+has run for 20 ms (``harness/fanout.py`` ``wait_idle``): with filtering rules a round's few
+receiving sockets may have their frame before the gateway has cut every other socket's page,
+and the next commit would fold into that pass. The
 figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
 acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
 receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
@@ -377,6 +381,8 @@ def main() -> None:
             ],
             env={"HOOK_PORT": str(port)}
             | ({"PYTHONPATH": str(args.code.resolve())} if args.code else {}),
+            # ``python -m`` puts the working directory first on the path: start it there too.
+            cwd=args.code.resolve() if args.code else None,
         ).start()
         receivers = None
         held: list[dict[str, Any]] = []
@@ -403,7 +409,8 @@ def main() -> None:
                 log(
                     f"  p50 {f['from_ack_ms']['p50']:.1f} ms, p99 {f['from_ack_ms']['p99']:.1f}"
                     f" ms, gateway CPU {f['gateway_cpu_ms_per_round']:.1f} ms per round,"
-                    f" load {f['load_average_1m']['after']:.2f}, leaks {f['leaks']}"
+                    f" load {f['load_average_1m']['after']:.2f}, leaks {f['leaks']},"
+                    f" closed by the gateway {f['closed_by_gateway']}"
                 )
             receivers.stop()
             if not args.fanout_only:

@@ -345,8 +345,9 @@ class _Receiver:
         elif kind == "status":
             self.conn.send(("status", sum(1 for t in self.times if t), len(self.clients)))
         elif kind == "close":
+            lost = sum(1 for c in self.clients if c.wire.closed)  # closed by the gateway
             self.close_all()
-            self.conn.send(("closed", self.leaks))
+            self.conn.send(("closed", self.leaks, lost))
             self.leaks = 0
         elif kind == "stop" and not self.stopped.done():
             self.close_all()
@@ -468,12 +469,14 @@ class Receivers:
                     break
         return out
 
-    def close_sockets(self) -> int:
+    def close_sockets(self) -> tuple[int, int]:
         """Close every socket (the processes stay); how many frames of a round reached a
-        socket that was not expected since the sockets were opened."""
+        socket that was not expected, and how many sockets the gateway had closed, since the
+        sockets were opened."""
         for conn in self.conns:
             conn.send(("close",))
-        return sum(a[1] for a in self._answers("closed", 60))
+        answers = self._answers("closed", 60)
+        return sum(a[1] for a in answers), sum(a[2] for a in answers)
 
     def stop(self) -> None:
         """Close the sockets and end the processes."""
