@@ -11,17 +11,10 @@ from ..core.sync_rules import Claims, ClientView, SyncRules, sync_rules_to_json
 from ..core.wal import WalStore
 from .cursors import view_tag
 
-__all__ = ["ClaimsKey", "GatewayConfig", "ViewKey", "claims_key", "load_config"]
+__all__ = ["GatewayConfig", "ViewKey", "load_config"]
 
-ClaimsKey = tuple[tuple[str, str | tuple[str, ...]], ...]
-"""Claims as a value to compare and hash (:func:`claims_key`)."""
 ViewKey = tuple[tuple[str, str | tuple[str, ...] | None], ...] | None
 """What of a client's claims decides its view (:meth:`GatewayConfig.view_key`)."""
-
-
-def claims_key(claims: Claims) -> ClaimsKey:
-    """``claims`` as a value to compare and hash."""
-    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in claims.items()))
 
 
 @dataclass
@@ -41,7 +34,7 @@ class GatewayConfig:
     claim_names: tuple[str, ...] = field(init=False)
     """The claims the rules read (filter values ``jwt:NAME``), sorted."""
     _views: dict[ViewKey, ClientView] = field(init=False)
-    _tags: dict[ClaimsKey, int] = field(init=False)
+    _tags: dict[ViewKey, int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.has_filters = self.rules is not None and any(b.filters for b in self.rules.buckets)
@@ -84,23 +77,25 @@ class GatewayConfig:
             return list(schema.column_names)
         return self.columns.get(table, [])
 
-    def view_tag(self, claims: Claims, key: ClaimsKey | None = None) -> int:
-        """0 without filtering rules; else the :func:`~.cursors.view_tag` of rules and claims
-        (remembered by ``key``, the :func:`claims_key` of ``claims``, if given)."""
+    def view_tag(self, claims: Claims, key: ViewKey = None) -> int:
+        """0 without filtering rules; else the :func:`~.cursors.view_tag` of the rules and the
+        claims they read (``key``: their :meth:`view_key`, if known). A claim the rules do not
+        read changes no view, so it changes no tag: clients of one view share their cursors'
+        tag (and the broadcast feed their pages)."""
         if not self.has_filters:
             return 0
         if key is None:
-            return view_tag(self.rules_key, claims)
+            key = self.view_key(claims)
         tag = self._tags.get(key)
         if tag is None:
-            tag = self._tags[key] = view_tag(self.rules_key, claims)
+            read = {n: v for n, v in key or () if v is not None}
+            tag = self._tags[key] = view_tag(self.rules_key, read)
         return tag
 
     def view_key(self, claims: Claims) -> ViewKey:
         """What of ``claims`` decides the client's view: the values of the claims the rules
         read (``None`` without filtering rules: one view for every client). Clients with
-        equal keys see the same rows (their cursors' view tags may differ: a tag hashes every
-        claim)."""
+        equal keys see the same rows."""
         if not self.has_filters:
             return None
         return tuple(

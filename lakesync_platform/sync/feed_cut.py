@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from ..core.sync_rules import Claims
 from ..core.wal import FeedReader, RowRecord, StoredRow
-from .config import GatewayConfig, ViewKey, claims_key
+from .config import GatewayConfig, ViewKey
 from .cursors import MAX_CURSOR, compose_cursor, split_cursor
 from .pull import SEND, Delivery, ViewRows, encode_row, page_rows, view_rows
 
@@ -141,11 +141,11 @@ class _Cutter:
         tags: list[int] = []
         for i, want in enumerate(wants):
             claims = want.claims
-            tag = cfg.view_tag(claims, claims_key(claims)) if cfg.has_filters else 0
+            key = cfg.view_key(claims)
+            tag = cfg.view_tag(claims, key)
             since = want.cursor if 0 <= want.cursor <= MAX_CURSOR else 0
             since_tag, since_pos = split_cursor(since)
             start = since_pos if since_tag == tag else 0  # another view: start it over
-            key = cfg.view_key(claims)
             g = views.get((start, key))
             if g is None:
                 g = views[(start, key)] = len(groups)

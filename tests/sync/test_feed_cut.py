@@ -226,8 +226,7 @@ def test_a_row_handed_over_leaves_only_the_devices_that_hold_it(store: WalStore)
         [("INSERT", "r0")],
         [("DELETE", "r0")],
     ]
-    assert pages[2] is not pages[3]  # one view, but each page carries its own view tag
-    assert pages[2].rows[0] is pages[3].rows[0]  # ... and the row's deltas are built once
+    assert pages[2] is pages[3]  # bob's two devices: one view, one tag, one page
     assert store.client_records(GW, "a1", ["todos:r0"]) == {
         "todos:r0": RowRecord(False, service.head(GW))
     }
@@ -289,3 +288,12 @@ def test_a_frame_is_the_rows_response_with_the_pages_cursor() -> None:
     ]
     assert list(frames) == expected
     assert encode_sync_response([], page.server_hlc, False)  # the cursor is never left out
+
+
+def test_a_claim_the_rules_do_not_read_changes_no_view_tag() -> None:
+    service, _ = build([])
+    cfg = service.config(GW)
+    tag = cfg.view_tag(claims("a1"))
+    assert cfg.view_tag({"sub": "a2", "user": "alice", "team": "x"}) == tag  # user is read
+    assert cfg.view_tag({"sub": "a1", "user": "bob"}) != tag
+    assert cfg.view_tag({"sub": "a1"}) not in (tag, 0)  # no user: a view of its own
