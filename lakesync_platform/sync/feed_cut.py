@@ -105,6 +105,11 @@ class _Rows:
         return self._rows[i : i + limit]
 
 
+_Cut = tuple[FeedPage, tuple[int, ...]]
+"""A page, and which of its view's rows it sends that the client's records must note (the
+rows of filtered tables)."""
+
+
 @dataclass(eq=False)
 class _View:
     """The sessions of one view starting at one position, and what they share."""
@@ -118,8 +123,8 @@ class _View:
     """The keys of the rows the view hides: what a client's page depends on."""
     held: dict[str, dict[str, RowRecord]] = field(default_factory=dict)
     """What the view's clients hold of those rows, by client id."""
-    pages: dict[tuple[int, tuple[int, ...], int, bool], FeedPage] = field(default_factory=dict)
-    common: dict[int, tuple[FeedPage, list[int]]] = field(default_factory=dict)
+    pages: dict[tuple[int, tuple[int, ...], int, bool], _Cut] = field(default_factory=dict)
+    common: dict[int, _Cut] = field(default_factory=dict)
     """By view tag: the page of a client that holds none of the hidden rows."""
 
 
@@ -175,7 +180,7 @@ class _Cutter:
         )
         view.maybe = tuple(view.seen.maybe_keys())
 
-    def page(self, view: _View, tag: int, want: FeedWant) -> tuple[FeedPage, list[int]]:
+    def page(self, view: _View, tag: int, want: FeedWant) -> _Cut:
         """Step 2 for one client of ``view``: its page (shared with every client of the view
         sent the same rows at the same cursor) and the indices of the rows sent."""
         seen = view.seen
@@ -191,18 +196,19 @@ class _Cutter:
 
     def _page(
         self, view: _View, tag: int, records: dict[str, RowRecord], since_position: int
-    ) -> tuple[FeedPage, list[int]]:
+    ) -> _Cut:
         seen = view.seen
         assert seen is not None
         picked, last, more = page_rows(
             seen, records, since_position=since_position, limit=self.limit, per_row=_PER_ROW
         )
         signature = (tag, tuple(picked), last, more)
-        page = view.pages.get(signature)
-        if page is None:
+        cut = view.pages.get(signature)
+        if cut is None:
             rows = tuple(self.row_deltas(seen.rows[i], seen.kinds[i]) for i in picked)
-            page = view.pages[signature] = FeedPage(rows, compose_cursor(tag, last), more)
-        return page, picked
+            page = FeedPage(rows, compose_cursor(tag, last), more)
+            cut = view.pages[signature] = (page, tuple(i for i in picked if seen.tracked[i]))
+        return cut
 
     def row_deltas(self, row: StoredRow, kind: int) -> tuple[Delivery, ...]:
         """The deltas that deliver ``row`` as ``kind``, built once per cut."""
@@ -247,21 +253,21 @@ def cut_feed_pages(
             continue
         view = views[g]
         try:
-            page, picked = cutter.page(view, tags[i], want)
+            page, tracked = cutter.page(view, tags[i], want)
         except Exception as exc:
             log.exception("cutting the broadcast page of %s failed", want.client_id)
             pages.append(exc)
             continue
         pages.append(page)
-        seen = view.seen
-        assert seen is not None
-        tracked = [j for j in picked if seen.tracked[j]]
         if tracked:
-            _note(records.setdefault(want.client_id, {}), seen, tracked, page)
+            assert view.seen is not None
+            _note(records.setdefault(want.client_id, {}), view.seen, tracked, page)
     return FeedCut(pages, records)
 
 
-def _note(into: dict[str, RowRecord], seen: ViewRows, picked: list[int], page: FeedPage) -> None:
+def _note(
+    into: dict[str, RowRecord], seen: ViewRows, picked: tuple[int, ...], page: FeedPage
+) -> None:
     """Record that a client was sent the rows ``picked`` of ``seen`` by ``page`` (merged with
     what another page of the same cut recorded: held if either sent the row whole, and
     unconfirmed up to the later page)."""
