@@ -313,7 +313,11 @@ class BroadcastFeed:
             return []
         frames = _Frames()
         again: list[FeedSession] = []
-        for i, ((s, epoch), want, page) in enumerate(zip(ready, wants, pages, strict=True)):
+        # Sessions sent rows first: with filtering rules most pages are empty (only a cursor
+        # to move), and the sockets waiting for a row should not wait behind them.
+        cuts = list(zip(ready, wants, pages, strict=True))
+        cuts.sort(key=lambda cut: isinstance(cut[2], FeedPage) and not cut[2].rows)
+        for i, ((s, epoch), want, page) in enumerate(cuts):
             if i and not i % _YIELD_EVERY:
                 await asyncio.sleep(0)  # let the loop serve others (each session is checked anew)
             if s.closing:
