@@ -172,10 +172,10 @@ class _Gateway:
 class BroadcastFeed:
     """Feeds the WebSocket sessions of a process after every commit of their gateway.
 
-    ``offload`` runs the pulls on worker threads; ``page_size`` bounds a page; the watcher polls
-    every ``poll_interval_s``. ``drop(session, reason)`` closes a session the feed cannot serve
-    (its queue is full, or its page could not be cut) with a code that makes the client
-    reconnect and pull.
+    ``offload`` runs the cutting of the pages (and the reads of the WAL head) on worker
+    threads; ``page_size`` bounds a page; the watcher polls every ``poll_interval_s``.
+    ``drop(session, reason)`` closes a session the feed cannot serve (its queue is full, or its
+    page could not be cut) with a code that makes the client reconnect and pull.
     """
 
     def __init__(
