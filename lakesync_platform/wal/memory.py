@@ -121,21 +121,25 @@ class MemoryRowReader:
 
 
 class MemoryFeedReader(MemoryRowReader):
-    """The feed's view of a gateway's rows and of every client's records, as of its start."""
+    """The feed's view of a gateway's rows as of its start, and of its clients' records as
+    they are when asked (read under the store's lock)."""
 
-    def __init__(self, rows: list[StoredRow], records: dict[str, dict[str, RowRecord]]) -> None:
+    def __init__(self, rows: list[StoredRow], wal: MemoryWal, gw: str) -> None:
         super().__init__(rows, {})
-        self._every = records
+        self._wal = wal
+        self._gw = gw
 
     def delivery_records(
         self, client_ids: Sequence[str], keys: Sequence[str]
     ) -> dict[str, dict[str, RowRecord]]:
         """What each of ``client_ids`` holds of the rows ``keys``."""
         out = {}
-        for c in client_ids:
-            held = self._every.get(c, {})
-            if found := {k: rec for k in keys if (rec := held.get(k)) is not None}:
-                out[c] = found
+        with self._wal._lock:
+            delivery = self._wal._deliveries.get(self._gw) or _Deliveries()
+            for c in client_ids:
+                held = delivery.client_rows.get(c, {})
+                if found := {k: rec for k in keys if (rec := held.get(k)) is not None}:
+                    out[c] = found
         return out
 
 
@@ -348,13 +352,11 @@ class MemoryWal:
 
     @contextmanager
     def feed_read(self, gw: str) -> Iterator[MemoryFeedReader]:
-        """A snapshot of the rows and of every client's records, for the broadcast feed."""
+        """A snapshot of the rows, and the clients' records, for the broadcast feed."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.get(gw) or _Deliveries()
-            records = {c: dict(held) for c, held in delivery.client_rows.items()}
             rows = self._stored_rows(gw)
-        yield MemoryFeedReader(rows, records)
+        yield MemoryFeedReader(rows, self, gw)
 
     def _stored_rows(self, gw: str) -> list[StoredRow]:
         g = self._gateways.get(gw)
