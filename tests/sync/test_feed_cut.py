@@ -169,7 +169,7 @@ histories = st.lists(st.one_of(pushes, pushes, pulls), min_size=1, max_size=14)
 cursor_choices = st.sampled_from(["zero", "own", "own", "other", "0", "3", "6", "99"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ops=histories,
     chosen=st.lists(
