@@ -383,9 +383,16 @@ class WalStore(Protocol):
         ...
 
     def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
     ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+        """Upsert what ``client_id`` holds of the rows ``records`` names. A row named in
+        ``expected`` is written only if its record still is the one given there (read before
+        the page was cut): one changed meanwhile — a push marked the row held, another page
+        recorded it — is left as it is."""
         ...
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
@@ -399,10 +406,13 @@ class WalStore(Protocol):
         ...
 
     def save_delivery_records(
-        self, gw: str, records: Mapping[str, Mapping[str, RowRecord]]
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
     ) -> None:
         """Upsert what each client holds of the rows named, ``{client_id: {row_key: record}}``,
-        in one transaction."""
+        in one transaction; ``expected`` as in :meth:`save_client_records`, per client."""
         ...
 
     def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:

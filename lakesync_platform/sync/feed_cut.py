@@ -17,7 +17,9 @@ shared between the sessions is everything that does not depend on the client:
 * a row's deltas are built once, and sessions sent the same rows at the same cursor share
   one :class:`FeedPage` (and so, in :mod:`.feed`, its encoded frames);
 * the records the pages set are merged per client and saved in one call, before any page is
-  handed out (a crash between the two could otherwise lose the record of a row sent).
+  handed out (a crash between the two could otherwise lose the record of a row sent); the
+  record of a row a page deletes is saved only if it is still the one the delete was decided
+  on, as a pull saves it (a push marking the row held meanwhile stays).
 
 So a pass costs one read of the changed rows, one evaluation of each row per view, and per
 session a dictionary look-up or two — plus a step of its own only for a session whose
@@ -74,11 +76,13 @@ class FeedPage:
 
 @dataclass(frozen=True, slots=True)
 class FeedCut:
-    """Each want's page (an exception where its page could not be cut), and the records the
-    pages set, ``{client_id: {row_key: record}}``, to be saved before any page is sent."""
+    """Each want's page (an exception where its page could not be cut), the records the pages
+    set, ``{client_id: {row_key: record}}``, to be saved before any page is sent, and the
+    records the pages' deletes were decided on (``read``: saved only if still unchanged)."""
 
     pages: list[FeedPage | Exception]
     records: dict[str, dict[str, RowRecord]]
+    read: dict[str, dict[str, RowRecord]]
 
 
 class _Rows:
@@ -241,6 +245,12 @@ def cut_feed_pages(
         if view.maybe and g not in failed:
             asks.setdefault(view.maybe, set()).update(wants[i].client_id for i in view.wants)
     held = {keys: reader.delivery_records(sorted(ids), keys) for keys, ids in asks.items()}
+    held_by: dict[str, dict[str, RowRecord]] = {}  # every record read, by client
+    for found in held.values():
+        for client_id, recs in found.items():
+            mine = held_by.setdefault(client_id, {})
+            for key, rec in recs.items():
+                mine.setdefault(key, rec)
     for view in views:
         if view.maybe:
             view.held = held.get(view.maybe, {})
@@ -262,7 +272,15 @@ def cut_feed_pages(
         if tracked:
             assert view.seen is not None
             _note(records.setdefault(want.client_id, {}), view.seen, tracked, page)
-    return FeedCut(pages, records)
+    # A delete was decided on the record read: saved only if no one changed it meanwhile (a
+    # push marking the row held). A row another page sent whole is saved held, whatever.
+    read: dict[str, dict[str, RowRecord]] = {}
+    for client_id, noted in records.items():
+        for key, rec in noted.items():
+            if not rec.held:
+                was = held_by[client_id][key]
+                read.setdefault(client_id, {})[key] = was
+    return FeedCut(pages, records, read)
 
 
 def _note(

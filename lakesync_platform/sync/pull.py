@@ -66,13 +66,16 @@ class PageCut:
     """A page as cut: its deltas, the position of its last row, and whether more follow.
 
     ``delivered`` lists the rows of filtered tables the page sends, with whether the client
-    holds them once it applied the page (``False``: the page deletes them).
+    holds them once it applied the page (``False``: the page deletes them); ``read`` the
+    records the page's deletes were decided on (saved only if still unchanged, see
+    :meth:`~lakesync_platform.core.wal.WalStore.save_client_records`).
     """
 
     deltas: list[Delivery]
     last_position: int
     has_more: bool
     delivered: list[tuple[str, bool]]
+    read: dict[str, RowRecord] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -227,9 +230,12 @@ def cut_page(
     )
     deltas: list[Delivery] = []
     delivered: list[tuple[str, bool]] = []
+    read: dict[str, RowRecord] = {}
     for i in picked:
         row, kind = seen.rows[i], seen.kinds[i]
         deltas.extend(encode_row(row, kind, cfg, stamped=stamped))
         if seen.tracked[i]:
             delivered.append((row.row_key, kind == SEND))
-    return PageCut(deltas, last, more, delivered)
+        if kind == MAYBE:
+            read[row.row_key] = records[row.row_key]
+    return PageCut(deltas, last, more, delivered, read)

@@ -204,7 +204,10 @@ class SyncService:
         if page.delivered:
             last = page.last_position
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, last) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
 
@@ -219,7 +222,7 @@ class SyncService:
         with self.wal.feed_read(gw) as reader:
             cut = cut_feed_pages(reader, cfg, wants, limit)
         if cut.records:
-            self.wal.save_delivery_records(gw, cut.records)
+            self.wal.save_delivery_records(gw, cut.records, cut.read)
         return cut.pages
 
     def last_pulled_since(self, gw: str, client_id: str) -> int:
@@ -273,7 +276,10 @@ class SyncService:
         cursor = rows.cursor_at(page.last_position) if page.has_more else rows.end
         if page.delivered:
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, cursor.hlc) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, cursor.hlc) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, cursor.encode(), page.has_more)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +39,14 @@ from ..core.wal import (
     WalEntry,
     WalStorage,
     decode_columns,
+)
+from .memory_rows import (
+    Deliveries,
+    Held,
+    MemoryFeedReader,
+    MemoryRowReader,
+    held_records,
+    save_records,
 )
 
 __all__ = ["MemoryFeedReader", "MemoryRowReader", "MemoryWal"]
@@ -74,14 +81,6 @@ class _Gateway:
 
 
 @dataclass
-class _Deliveries:
-    """Per client of one gateway: the cursor it last pulled from, and what it holds."""
-
-    last_since: dict[str, int] = field(default_factory=dict)
-    client_rows: dict[str, dict[str, RowRecord]] = field(default_factory=dict)
-
-
-@dataclass
 class _Config:
     """One gateway's config store (schemas as ``(version, json)``, rules as JSON)."""
 
@@ -102,47 +101,6 @@ class _ActionRow:
     updated_ms: int
 
 
-class MemoryRowReader:
-    """A pull's view of a gateway's rows and of one client's records, as of its start."""
-
-    def __init__(self, rows: list[StoredRow], records: dict[str, RowRecord]) -> None:
-        self._rows = rows
-        self._positions = [r.position for r in rows]
-        self._records = records
-
-    def scan(self, after: int, limit: int) -> list[StoredRow]:
-        """Rows whose last change is after cursor ``after``, in cursor order."""
-        start = bisect_right(self._positions, after)
-        return self._rows[start : start + limit]
-
-    def client_records(self, keys: Sequence[str]) -> dict[str, RowRecord]:
-        """What the pulling client holds of the rows ``keys``, as far as the server knows."""
-        return {k: rec for k in keys if (rec := self._records.get(k)) is not None}
-
-
-class MemoryFeedReader(MemoryRowReader):
-    """The feed's view of a gateway's rows as of its start, and of its clients' records as
-    they are when asked (read under the store's lock)."""
-
-    def __init__(self, rows: list[StoredRow], wal: MemoryWal, gw: str) -> None:
-        super().__init__(rows, {})
-        self._wal = wal
-        self._gw = gw
-
-    def delivery_records(
-        self, client_ids: Sequence[str], keys: Sequence[str]
-    ) -> dict[str, dict[str, RowRecord]]:
-        """What each of ``client_ids`` holds of the rows ``keys``."""
-        out = {}
-        with self._wal._lock:
-            delivery = self._wal._deliveries.get(self._gw) or _Deliveries()
-            for c in client_ids:
-                held = delivery.client_rows.get(c, {})
-                if found := {k: rec for k in keys if (rec := held.get(k)) is not None}:
-                    out[c] = found
-        return out
-
-
 class MemoryWal:
     """Every gateway's log, row state, delivery state, config and flush requests, in memory."""
 
@@ -150,7 +108,7 @@ class MemoryWal:
         self._lock = threading.RLock()
         self._gateways: dict[str, _Gateway] = {}
         self._configs: dict[str, _Config] = {}
-        self._deliveries: dict[str, _Deliveries] = {}
+        self._deliveries: dict[str, Deliveries] = {}
         self._flush_requests: dict[str, FlushRequest] = {}
         self._actions: dict[tuple[str, str, str], _ActionRow] = {}
         self._closed = False
@@ -192,7 +150,7 @@ class MemoryWal:
             client_id = request.client_id
             if client_id is None:
                 return PushCommit(plan, 0)
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             held = delivery.client_rows.setdefault(client_id, {})
             for key in request.held_keys:
                 held[key] = RowRecord(True, 0)
@@ -343,7 +301,7 @@ class MemoryWal:
         a snapshot of the rows."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             if record:
                 delivery.last_since[client_id] = since
             records = dict(delivery.client_rows.get(client_id, {}))
@@ -356,7 +314,12 @@ class MemoryWal:
         with self._lock:
             self._open()
             rows = self._stored_rows(gw)
-        yield MemoryFeedReader(rows, self, gw)
+
+        def records(client_ids: Sequence[str], keys: Sequence[str]) -> Held:
+            with self._lock:
+                return held_records(self._deliveries.get(gw), client_ids, keys)
+
+        yield MemoryFeedReader(rows, records)
 
     def _stored_rows(self, gw: str) -> list[StoredRow]:
         g = self._gateways.get(gw)
@@ -367,23 +330,27 @@ class MemoryWal:
         ]
 
     def save_delivery_records(
-        self, gw: str, records: Mapping[str, Mapping[str, RowRecord]]
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
     ) -> None:
-        """Upsert what each client holds of the rows named."""
+        """Upsert what each client holds of the rows named (one in ``expected`` only if its
+        record is unchanged)."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
-            for client_id, held in records.items():
-                delivery.client_rows.setdefault(client_id, {}).update(held)
+            save_records(self._deliveries.setdefault(gw, Deliveries()), records, expected or {})
 
     def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
     ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
-        with self._lock:
-            self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
-            delivery.client_rows.setdefault(client_id, {}).update(records)
+        """Upsert what ``client_id`` holds of the rows ``records`` names (one in ``expected``
+        only if its record is unchanged)."""
+        self.save_delivery_records(gw, {client_id: records}, {client_id: expected or {}})
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""

@@ -27,6 +27,10 @@ _SCAN = (
     " WHERE gateway_id = ? AND position > ? ORDER BY position LIMIT ?"
 )
 _RECORDS = "SELECT client_id, row_key, held, at_cursor FROM wal_client_rows WHERE gateway_id = ?"
+_SET_IF_UNCHANGED = (
+    "UPDATE wal_client_rows SET held = ?, at_cursor = ?"
+    " WHERE gateway_id = ? AND client_id = ? AND row_key = ? AND held = ? AND at_cursor = ?"
+)
 _RECORDS_CHUNK = 250  # client ids and row keys per statement on SQLite (500 parameters at most)
 
 _RECORD_PULL = (
@@ -151,14 +155,14 @@ class SqlRows(SqlDatabase):
             yield SqlFeedReader(conn, gw, self._sql(_SCAN), self.dialect == "postgresql")
 
     def save_delivery_records(
-        self, gw: str, records: Mapping[str, Mapping[str, RowRecord]]
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
     ) -> None:
         """Upsert what each client holds of the rows named, in one transaction (a durable
-        write, as a pull's)."""
-        rows = [(c, key, rec) for c, held in records.items() for key, rec in held.items()]
-        if rows:
-            with self.write() as conn:
-                self._upsert_client_rows(conn, gw, rows)
+        write, as a pull's); a record in ``expected`` only if it is unchanged."""
+        self._save_records(gw, records, expected or {})
 
     def last_pulled_since(self, gw: str, client_id: str) -> int:
         """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
@@ -166,12 +170,42 @@ class SqlRows(SqlDatabase):
             return self._last_since(conn, gw, client_id) or 0
 
     def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
     ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names (a durable write)."""
-        if records:
-            with self.write() as conn:
-                self._save_client_records_in(conn, gw, client_id, records)
+        """Upsert what ``client_id`` holds of the rows ``records`` names (a durable write); a
+        record in ``expected`` only if it is unchanged."""
+        self._save_records(gw, {client_id: records}, {client_id: expected or {}})
+
+    def _save_records(
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]],
+    ) -> None:
+        upserts: list[tuple[str, str, RowRecord]] = []
+        updates: list[tuple[int, int, str, str, str, int, int]] = []
+        for c, held in records.items():
+            was = expected.get(c, {})
+            for key, rec in held.items():
+                old = was.get(key)
+                if old is None:
+                    upserts.append((c, key, rec))
+                else:  # compare and set: a record changed since it was read stays
+                    updates.append(
+                        (int(rec.held), rec.at_cursor, gw, c, key, int(old.held), old.at_cursor)
+                    )
+        if not upserts and not updates:
+            return
+        with self.write() as conn:
+            if upserts:
+                self._upsert_client_rows(conn, gw, upserts)
+            if updates:
+                updates.sort(key=lambda u: (u[3], u[4]))  # one lock order (no deadlocks)
+                conn.exec_driver_sql(self._sql(_SET_IF_UNCHANGED), updates)
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""

@@ -297,3 +297,49 @@ def test_a_claim_the_rules_do_not_read_changes_no_view_tag() -> None:
     assert cfg.view_tag({"sub": "a2", "user": "alice", "team": "x"}) == tag  # user is read
     assert cfg.view_tag({"sub": "a1", "user": "bob"}) != tag
     assert cfg.view_tag({"sub": "a1"}) not in (tag, 0)  # no user: a view of its own
+
+
+def test_a_record_changed_since_it_was_read_is_not_overwritten(store: WalStore) -> None:
+    store.save_client_records(GW, "a1", {"t:r1": RowRecord(True, 3), "t:r2": RowRecord(True, 3)})
+    store.save_client_records(GW, "a1", {"t:r1": RowRecord(True, 0)})  # a push marks it held
+    read = {"t:r1": RowRecord(True, 3), "t:r2": RowRecord(True, 3)}
+    store.save_delivery_records(
+        GW, {"a1": {"t:r1": RowRecord(False, 9), "t:r2": RowRecord(False, 9)}}, {"a1": read}
+    )
+    assert store.client_records(GW, "a1", ["t:r1", "t:r2"]) == {
+        "t:r1": RowRecord(True, 0),  # changed since read: left as it is
+        "t:r2": RowRecord(False, 9),
+    }
+
+
+class PushBetween(MemoryWal):
+    """The in-memory WAL; ``between`` runs once the feed has read the records it decides on
+    and before it saves what its pages set (a push committing meanwhile)."""
+
+    between: Any = None
+
+    def save_delivery_records(self, gw: str, records: Any, expected: Any = None) -> None:
+        hook, self.between = self.between, None
+        if hook is not None:
+            hook()
+        super().save_delivery_records(gw, records, expected)
+
+
+def test_a_row_its_client_writes_while_its_delete_is_cut_is_deleted_again() -> None:
+    """a1 holds r0, which carol hands to bob: a1's page deletes it. a1 writes r0 (its title)
+    before that page's records are saved: its write keeps it locally (newer than the delete),
+    so the push's mark that a1 holds r0 must survive, and the next page deletes r0 again."""
+    wal = PushBetween()
+    ops: list[Op] = [Push("a1", "todos", "r0", "alice", "x"), Pull("a1", False, True)]
+    service, cursors = build(ops, wal)
+    apply(service, 3, Push("c1", "todos", "r0", "bob", "y"), cursors)
+    wal.between = lambda: apply(service, 4, Push("a1", "todos", "r0", None, "mine"), cursors)
+    (page,) = service.feed_pages(GW, [FeedWant("a1", cursors["a1"], claims("a1"))], 100)
+    assert isinstance(page, FeedPage) and [(d.op, d.row_id) for d in page.wire] == [
+        ("DELETE", "r0")
+    ]
+    (again,) = service.feed_pages(GW, [FeedWant("a1", page.server_hlc, claims("a1"))], 100)
+    assert isinstance(again, FeedPage) and [(d.op, d.row_id) for d in again.wire] == [
+        ("DELETE", "r0")
+    ]
+    assert again.rows[0][0].hlc == str(encode(BASE_MS, 4))  # stamped with a1's own write
