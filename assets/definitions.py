@@ -33,12 +33,14 @@ from lakesync_platform.settings import (
     PipelineSettings,
 )
 from resources.lakesync import LakeSyncResource
-from resources.sync_runs import sync_job_name
+from resources.sync_runs import checkpoint_job_name, sync_job_name
 from sensors.backlog import build_backlog_sensor
+from sensors.checkpoints import build_checkpoint_sensor
 from sensors.connectors import build_connector_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
-from sensors.schedules import build_sync_schedule
+from sensors.schedules import build_checkpoint_schedule, build_sync_schedule
 
+from .checkpoint_assets import build_checkpoint_defs
 from .connector_assets import build_connector_defs
 from .gateway_assets import build_gateway_defs
 
@@ -100,6 +102,14 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
                     build_flush_request_sensor(gw, job_name),
                 ],
                 schedules=[build_sync_schedule(job_name)],
+            )
+        )
+        checkpoint_job = checkpoint_job_name(gw)
+        per_gateway.append(build_checkpoint_defs(gw, tables[gw]))
+        per_gateway.append(
+            dg.Definitions(
+                sensors=[build_checkpoint_sensor(gw, checkpoint_job)],
+                schedules=[build_checkpoint_schedule(checkpoint_job)],
             )
         )
     common = dg.Definitions(

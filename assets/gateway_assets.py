@@ -36,7 +36,7 @@ from lakesync_platform.pipeline.state import check_state_matches_log, run_state
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs"]
+__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs", "state_key"]
 
 LAYER_TAG = "lakesync/layer"
 """Asset tag naming where an asset's data lives: ``lake`` (Iceberg) or ``destination``."""
@@ -46,6 +46,11 @@ ROLE_TAG = "lakesync/role"
 
 def _key_part(gw: str) -> str:
     return gw.replace("-", "_")
+
+
+def state_key(gw: str, table: str) -> dg.AssetKey:
+    """The key of the state asset of ``table`` in gateway ``gw``."""
+    return dg.AssetKey([_key_part(gw), "state", table])
 
 
 def _now_ms() -> int:
@@ -66,7 +71,7 @@ def build_gateway_defs(
     """The assets, checks and sync job of ``gw`` for the tables and destinations known now."""
     part = _key_part(gw)
     deltas_key = dg.AssetKey([part, "lakesync_deltas"])
-    state_keys = {t: dg.AssetKey([part, "state", t]) for t in tables}
+    state_keys = {t: state_key(gw, t) for t in tables}
     dest_keys = {
         (d, t): dg.AssetKey([part, d, t])
         for d, dest in destinations.items()

@@ -1,8 +1,8 @@
-"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work)."""
+"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work), and checkpoints."""
 
 import dagster as dg
 
-__all__ = ["build_sync_schedule"]
+__all__ = ["build_checkpoint_schedule", "build_sync_schedule"]
 
 
 def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
@@ -13,4 +13,16 @@ def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.Schedul
         cron_schedule=cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Periodic flush + state + materialise (catches small, old backlogs).",
+    )
+
+
+def build_checkpoint_schedule(job_name: str, cron: str = "0 * * * *") -> dg.ScheduleDefinition:
+    """Run the checkpoint job ``job_name`` on ``cron`` (default hourly); a run with nothing new
+    in the lake since the last checkpoint writes nothing and starts no Spark session."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Periodic checkpoint (the growth sensor writes one sooner under load).",
     )

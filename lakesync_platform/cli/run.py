@@ -138,7 +138,9 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument(
+    "stage", type=click.Choice(["flush", "state", "materialise", "connector", "checkpoint"])
+)
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
@@ -164,7 +166,9 @@ def run(
     same lake is waited for (LAKESYNC_LOCK_TIMEOUT_SECONDS, default 900).
 
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
-    may be left out when only one gateway has a connector of that name).
+    may be left out when only one gateway has a connector of that name). ``lakesync run
+    checkpoint [--gw GW]`` writes an initial-sync checkpoint of the lake's state (when it moved
+    since the last one) and removes superseded ones.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -205,7 +209,7 @@ def run(
             gateways = []
         else:
             gateways = [gw] if gw else known
-        if gateways:
+        if gateways and stage != "checkpoint":  # a checkpoint with nothing new needs no Spark
             with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
                 ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in gateways:
@@ -250,10 +254,13 @@ def _run_connector(
 
 def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
     """Run ``stage`` of ``gw``; its results."""
+    from ..pipeline.checkpoint import run_checkpoint
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
+    if stage == "checkpoint":
+        return [run_checkpoint(ctx, gw)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
     if stage == "state":

@@ -9,26 +9,36 @@ delta's stamp.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import msgspec
 
-from ..core.delta import OPS, ColumnDelta, RowDelta
+from ..core.delta import INSERT, OPS, ColumnDelta, RowDelta
 from ..core.errors import ValidationError
+from ..core.proto import CodecError
+from ..core.stamped import parse_stamped_response
 from ..core.wire import delta_to_wire
+from ._errors import TransportError
 
 __all__ = [
+    "CHECKPOINT_STAMP",
     "PullBody",
     "RemoteColumn",
     "RemoteRow",
-    "checkpoint_rows",
     "decode_pull_body",
     "delta_from_wire",
     "delta_to_wire",
     "parse_remote_row",
     "parse_remote_rows",
+    "read_frames",
+    "stamped_rows",
 ]
+
+CHECKPOINT_STAMP: Final = 1
+"""The column stamp given to the rows of a checkpoint without column stamps (the reference's
+format: only each row's newest stamp): older than every real write, so any stamped value
+(pulled or local) replaces it."""
 
 
 def _hlc(value: object, what: str) -> int:
@@ -133,21 +143,63 @@ def decode_pull_body(data: bytes) -> PullBody:
         raise _fix(exc) from None
 
 
-def checkpoint_rows(deltas: Sequence[RowDelta], column_hlc: int) -> list[RemoteRow]:
-    """Checkpoint deltas as partial rows whose columns carry the stamp ``(column_hlc, "")``.
+def read_frames(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Split a byte stream into ``uint32`` big-endian length-prefixed frames (a checkpoint)."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer.extend(chunk)
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "big")
+            if len(buffer) < 4 + size:
+                break
+            yield bytes(buffer[4 : 4 + size])
+            del buffer[: 4 + size]
+    if buffer:
+        raise TransportError(f"checkpoint stream ended inside a frame ({len(buffer)} bytes left)")
 
-    A checkpoint says only each row's newest stamp, not each column's, so its columns get a tiny
-    stamp that any real (pulled or local) write replaces.
+
+_json_value = msgspec.json.Decoder().decode
+
+
+def stamped_rows(frame: bytes) -> list[RemoteRow]:
+    """The rows of one checkpoint frame (``StampedSyncResponse``; a malformed frame is a
+    :class:`~lakesync_platform.core.proto.CodecError`).
+
+    A row whose columns carry stamps is *full*: its delete stamp says which local columns the
+    server cleared. A row without column stamps (a checkpoint in the reference's format) gets
+    :data:`CHECKPOINT_STAMP` on each column and is applied as partial.
     """
-    return [
-        RemoteRow(
-            cast(_Op, d.op),
-            d.table,
-            d.row_id,
-            d.hlc,
-            d.client_id,
-            tuple(RemoteColumn(c.column, c.value, column_hlc, "") for c in d.columns),
-            delta_id=d.delta_id,
-        )
-        for d in deltas
-    ]
+    message = parse_stamped_response(frame)
+    rows: list[RemoteRow] = []
+    append = rows.append
+    try:
+        for r in message.deltas:
+            cols = r.columns
+            if cols and cols[0].hlc:
+                columns = tuple(
+                    [RemoteColumn(c.column, _json_value(c.value), c.hlc, c.client_id) for c in cols]
+                )
+                append(
+                    RemoteRow(
+                        INSERT,
+                        r.table,
+                        r.row_id,
+                        r.hlc,
+                        r.client_id,
+                        columns,
+                        r.delete_hlc,
+                        r.delete_client_id,
+                        r.delta_id,
+                    )
+                )
+            else:
+                columns = tuple(
+                    [
+                        RemoteColumn(c.column, _json_value(c.value), CHECKPOINT_STAMP, "")
+                        for c in cols
+                    ]
+                )
+                append(RemoteRow(INSERT, r.table, r.row_id, r.hlc, r.client_id, columns))
+    except msgspec.DecodeError as exc:
+        raise CodecError(f"a checkpoint column value is not JSON: {exc}") from None
+    return rows

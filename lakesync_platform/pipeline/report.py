@@ -8,6 +8,7 @@ Dagster's step lines::
     state demo.todos: 1 234 rows changed (1 200 live), log 1..12 345 in 2.0 s
     materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
     connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
+    checkpoint demo: 1 200 rows at cursor 12 345, 1 chunk, 98 kB in 1.1 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
 {"code", "message"} | null}``, each result being the stage's result record as is.
@@ -25,10 +26,11 @@ from ..core.errors import LakeSyncError
 from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
 from ..spark.state import StateResult
+from .checkpoint import CheckpointResult
 
 __all__ = ["StageResult", "describe", "json_document", "number"]
 
-StageResult = FlushResult | StateResult | MaterialiseResult | RunReport
+StageResult = FlushResult | StateResult | MaterialiseResult | RunReport | CheckpointResult
 """One result of a pipeline stage (a connector's poll included)."""
 
 
@@ -56,6 +58,8 @@ def describe(result: StageResult) -> str:
         ops = ", ".join(f"{number(n)} {op}" for op, n in sorted(result.deltas.items()))
         head = f"connector {result.gateway}/{result.connector}"
         return f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
+    if isinstance(result, CheckpointResult):
+        return _describe_checkpoint(result, took)
     if isinstance(result, FlushResult):
         head = f"flush {result.gateway_id}"
         if result.empty:
@@ -81,6 +85,23 @@ def describe(result: StageResult) -> str:
     )
 
 
+def _describe_checkpoint(result: CheckpointResult, took: str) -> str:
+    head = f"checkpoint {result.gateway_id}"
+    removed = f", {number(result.removed)} older removed" if result.removed else ""
+    if result.cursor == 0:
+        return f"{head}: nothing in the lake yet {took}"
+    if not result.written:
+        return (
+            f"{head}: up to date (cursor {number(result.cursor)}, "
+            f"{number(result.rows)} rows){removed} {took}"
+        )
+    chunks = f"{number(result.chunks)} chunk{'' if result.chunks == 1 else 's'}"
+    return (
+        f"{head}: {number(result.rows)} rows at cursor {number(result.cursor)}, {chunks}, "
+        f"{_size(result.bytes)}{removed} {took}"
+    )
+
+
 def json_document(
     stage: str,
     results: Sequence[StageResult],
@@ -93,6 +114,7 @@ def json_document(
         StateResult: "state",
         MaterialiseResult: "materialise",
         RunReport: "connector",
+        CheckpointResult: "checkpoint",
     }
     doc: dict[str, Any] = {
         "stage": stage,
