@@ -142,7 +142,7 @@ class TsLikeClient:
     failed_applies: int = 0
     sending: set[int] = field(default_factory=set)
     bootstrap: bool = False
-    checkpoints: int = 0
+    checkpoint_cursors: list[int] = field(default_factory=list)
     _next_id: int = 0
 
     def __post_init__(self) -> None:
@@ -240,7 +240,7 @@ class TsLikeClient:
         if fetched is None:
             return
         deltas, snapshot = fetched
-        self.checkpoints += 1
+        self.checkpoint_cursors.append(snapshot)
         if deltas:
             self._apply(deltas)
         self.cursor = snapshot

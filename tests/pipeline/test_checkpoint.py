@@ -1,0 +1,370 @@
+"""Checkpoints on the real local Spark: what the job writes, what each client is served, and
+clients bootstrapped from one converging with clients that paged from zero.
+
+One module-scoped lake (a gateway with three tables and team-based sync rules, flushed, merged
+and checkpointed once) serves the first three tests; they read the checkpoint at its tagged
+snapshots, so the writes the convergence test makes afterwards change nothing they see.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesync_platform.adapters.checkpoints import LocalCheckpointStore
+from lakesync_platform.client import GatewayConfig, HttpTransport, LakeSyncClient, create_client
+from lakesync_platform.core.checkpoint import CheckpointStore, Manifest
+from lakesync_platform.core.proto import decode_sync_response
+from lakesync_platform.core.schema import TableSchema, parse_table_schema
+from lakesync_platform.core.stamped import parse_stamped_response
+from lakesync_platform.core.sync_rules import ClientView, parse_sync_rules
+from lakesync_platform.pipeline.checkpoint import (
+    check_checkpoint,
+    current_manifest,
+    run_checkpoint,
+)
+from lakesync_platform.pipeline.context import PipelineContext
+from lakesync_platform.pipeline.flush import run_flush
+from lakesync_platform.pipeline.state import run_state
+from lakesync_platform.settings import PipelineSettings
+from lakesync_platform.spark.checkpoint import tagged_cursors
+from lakesync_platform.spark.layout import (
+    CURSOR_COL,
+    DELETE_CLIENT_COL,
+    DELETE_HLC_COL,
+    LIVE_COL,
+    client_col,
+    hlc_col,
+    q,
+    state_table,
+    state_value,
+)
+from lakesync_platform.sync.cursors import split_cursor
+from lakesync_platform.sync.service import SyncService
+from lakesync_platform.testing import GatewayProcess
+from lakesync_platform.wal.store import WriteAheadLog
+from tests.gateway.test_convergence import HttpGateway
+from tests.helpers import SECRET, token
+from tests.sim import TsLikeClient
+
+from .conftest import NOW_MS, TODOS, Pusher
+
+NOTES = parse_table_schema(
+    {
+        "table": "notes",
+        "columns": [
+            {"name": "body", "type": "string"},
+            {"name": "team", "type": "string"},
+            {"name": "meta", "type": "json"},
+        ],
+    }
+)
+SECRETS = parse_table_schema({"table": "secrets", "columns": [{"name": "code", "type": "string"}]})
+RULES = {
+    "version": 1,
+    "buckets": [
+        {"name": "shared", "tables": ["todos"], "filters": []},
+        {
+            "name": "team",
+            "tables": ["notes"],
+            "filters": [{"column": "team", "op": "in", "value": "jwt:teams"}],
+        },
+    ],  # secrets: in no bucket, so in nobody's view
+}
+TEAMS = {"alice": ["red"], "bob": ["blue", "green"]}
+
+
+@dataclass
+class Lake:
+    """The module's gateway after one flush, state and checkpoint."""
+
+    gw: str
+    wal: WriteAheadLog
+    service: SyncService
+    pusher: Pusher
+    ctx: PipelineContext
+    store: CheckpointStore
+    root: Path
+    manifest: Manifest
+
+
+def _fill(pusher: Pusher) -> None:
+    for i in range(12):
+        meta = {"n": i, "tags": ["a", "b"][: i % 3]} if i % 2 else None
+        pusher.write(
+            "w1", f"todo{i:03d}x", title=f"todo {i}", done=i % 3 == 0, priority=i, meta=meta
+        )
+    pusher.write("w2", "todo001x", title="renamed", priority=None)
+    pusher.delete("w1", "todo002x")
+    pusher.write("w2", "todo003x", done=None)
+    teams = ["red", "blue", "green", "red", "blue"]
+    for i, team in enumerate(teams * 2):
+        pusher.write("w1", f"note{i:03d}{team}", table="notes", body=f"note {i}", team=team)
+    pusher.write("w2", "note000red", table="notes", meta={"moved": False})
+    pusher.delete("w1", "note004blue", table="notes")
+    for i in range(3):
+        pusher.write("w1", f"secret{i:03d}x", table="secrets", code=f"s{i}")
+
+
+@pytest.fixture(scope="module")
+def lake(spark: Any, lake_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
+    tmp = tmp_path_factory.mktemp("checkpoint")
+    gw = "ck_" + uuid.uuid4().hex[:10]
+    wal = WriteAheadLog.open(f"sqlite:///{tmp / 'wal.db'}")
+    service = SyncService(wal, clock=lambda: NOW_MS)
+    for schema in (TODOS, NOTES, SECRETS):
+        wal.save_schema(gw, schema)
+    rules = parse_sync_rules(RULES)
+    assert rules is not None
+    service.save_sync_rules(gw, rules)
+    pusher = Pusher(service, gw)
+    _fill(pusher)
+    root = tmp / "checkpoints"
+    settings = PipelineSettings(
+        data_dir=lake_dir,
+        wal_url=wal.url,
+        defs_dir=tmp / "no-defs",
+        checkpoints=str(root),
+        checkpoint_chunk_bytes=600,  # a few rows per chunk: several chunks per table
+    )
+    ctx = PipelineContext(settings, spark=spark, wal=wal)
+    run_flush(ctx, gw)
+    run_state(ctx, gw)
+    result = run_checkpoint(ctx, gw)
+    assert result.written
+    store = LocalCheckpointStore(root)
+    manifest = current_manifest(store, gw)
+    assert manifest is not None
+    yield Lake(gw, wal, service, pusher, ctx, store, root, manifest)
+    wal.close()
+
+
+def _chunk_rows(lake: Lake) -> dict[tuple[str, str], Any]:
+    out = {}
+    for name in lake.manifest.chunks:
+        data = lake.store.read(lake.gw, name)
+        assert data is not None
+        for r in parse_stamped_response(data).deltas:
+            out[(r.table, r.row_id)] = r
+    return out
+
+
+def _state_at_tag(spark: Any, lake: Lake, schema: TableSchema) -> dict[str, Any]:
+    """Live rows of a state table at the checkpoint's tag, as (values, stamps, delete, cursor)."""
+    tag = lake.manifest.tag
+    rows = spark.sql(
+        f"SELECT * FROM {state_table(lake.gw, schema.table)} VERSION AS OF '{tag}'"
+        f" WHERE {q(LIVE_COL)}"
+    ).collect()
+    out = {}
+    for r in rows:
+        cols = {
+            c.name: (state_value(r[c.name], c.type), r[hlc_col(c.name)], r[client_col(c.name)])
+            for c in schema.columns
+            if r[hlc_col(c.name)] is not None
+        }
+        delete = (r[DELETE_HLC_COL] or 0, r[DELETE_CLIENT_COL] or "")
+        out[r["row_id"]] = (cols, delete, r[CURSOR_COL])
+    return out
+
+
+@pytest.mark.spark
+def test_the_checkpoint_equals_the_state_tables_at_its_cursor(spark: Any, lake: Lake) -> None:
+    m = lake.manifest
+    assert m.cursor == lake.wal.max_cursor(lake.gw)  # the state covers the whole log
+    assert m.chunk_count == len(m.chunks) > 3 and m.tag == f"lakesync-checkpoint-{m.cursor}"
+    assert {c.table for c in m.chunk_info} == {"todos", "notes", "secrets"}
+    assert all(c.bytes <= 600 or c.rows == 1 for c in m.chunk_info)
+    chunked = _chunk_rows(lake)
+    assert len(chunked) == m.total_deltas == sum(c.rows for c in m.chunk_info)
+    for schema in (TODOS, NOTES, SECRETS):
+        expected = _state_at_tag(spark, lake, schema)
+        got = {
+            row_id: (
+                {c.column: (json.loads(c.value), c.hlc, c.client_id) for c in r.columns},
+                (r.delete_hlc, r.delete_client_id),
+                r.position,
+            )
+            for (table, row_id), r in chunked.items()
+            if table == schema.table
+        }
+        assert got == expected, schema.table
+        assert lake.manifest.cursor in tagged_cursors(spark, state_table(lake.gw, schema.table))
+    # rows as the gateway holds them (the WAL's row state), values equal as JSON
+    for (table, row_id), r in chunked.items():
+        state = dict(lake.wal.row_states(lake.gw, table))[row_id]
+        assert {c.column: json.loads(c.value) for c in r.columns} == state.values()
+    assert "todo002x" not in {rid for _, rid in chunked}  # deleted before the cut
+    check = check_checkpoint(lake.ctx, lake.gw)
+    assert check.passed, check.description
+    again = run_checkpoint(lake.ctx, lake.gw)
+    assert not again.written and again.cursor == m.cursor
+
+
+@pytest.mark.spark
+def test_filtered_checkpoints_for_two_users_leak_nothing(lake: Lake) -> None:
+    chunked = _chunk_rows(lake)
+    rules = parse_sync_rules(RULES)
+    for sub, teams in TEAMS.items():
+        client = f"{sub}-leak"
+        claims = {"sub": client, "teams": tuple(teams)}
+        view = ClientView(rules, claims)
+        visible = {
+            key
+            for key, r in chunked.items()
+            if view.row_visible(key[0], {c.column: json.loads(c.value) for c in r.columns})
+        }
+        assert {t for t, _ in visible} == {"todos", "notes"}
+        for stamped in (True, False):
+            served = lake.service.checkpoint(
+                lake.gw, client, lake.store, claims=claims, stamped=stamped
+            )
+            assert served is not None
+            body = b"".join(served.frames)
+            frames = _frames(body)
+            if stamped:
+                rows = [r for f in frames for r in parse_stamped_response(f).deltas]
+                assert {(r.table, r.row_id) for r in rows} == visible
+                assert all(r == chunked[(r.table, r.row_id)] for r in rows)
+            else:
+                deltas = [d for f in frames for d in decode_sync_response(f)[0]]
+                assert {(d.table, d.row_id) for d in deltas} == visible
+                assert [d.op for d in deltas] == ["DELETE", "INSERT"] * len(visible)
+            for _table, row_id in set(chunked) - visible:
+                assert row_id.encode() not in body, (sub, row_id)
+        held = lake.wal.client_records(lake.gw, client, [f"notes:{r}" for t, r in visible])
+        assert held and all(rec.held for rec in held.values())
+
+
+def _frames(body: bytes) -> list[bytes]:
+    from lakesync_platform.client._wire import read_frames
+
+    return list(read_frames([body]))
+
+
+class _Paging(HttpTransport):
+    """The Python client's HTTP transport without checkpoints: it pages from zero."""
+
+    def checkpoint(self, client_id: str | None = None) -> None:
+        return None
+
+
+class _ClaimsGateway(HttpGateway):
+    """The TS simulator's HTTP gateway with each client's claims in its token."""
+
+    def __init__(self, base_url: str, gw: str, teams: Mapping[str, list[str]]) -> None:
+        import random
+
+        super().__init__(base_url, gw, random.Random(3), 0.0)
+        self.teams = teams
+
+    def _auth(self, client_id: str) -> dict[str, str]:
+        teams = self.teams[client_id.split("-")[0]]
+        return {"Authorization": "Bearer " + token(client_id, self.gw, teams=teams)}
+
+
+def _python_client(
+    tmp: Path, server: GatewayProcess, gw: str, sub: str, *, paging: bool
+) -> LakeSyncClient:
+    jwt = token(sub, gw, teams=TEAMS[sub.split("-")[0]])
+    transport = _Paging(server.url, gw, token=jwt) if paging else None
+    return create_client(
+        name=sub,
+        schemas=[TODOS, NOTES, SECRETS],
+        client_id=sub,
+        gateway=None if paging else GatewayConfig(server.url, gw, token=jwt),
+        transport=transport,
+        path=tmp / f"{sub}.db",
+        auto_sync_ms=0,
+    )
+
+
+def _expected(lake: Lake, sub: str) -> dict[tuple[str, str], dict[str, Any]]:
+    view = ClientView(
+        parse_sync_rules(RULES), {"sub": sub, "teams": tuple(TEAMS[sub.split("-")[0]])}
+    )
+    out = {}
+    for schema in (TODOS, NOTES, SECRETS):
+        for row_id, state in lake.wal.row_states(lake.gw, schema.table):
+            values = state.values()
+            if state.live and view.row_visible(schema.table, values):
+                out[(schema.table, row_id)] = {k: v for k, v in values.items() if v is not None}
+    return out
+
+
+def _held(client: LakeSyncClient) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for table in ("todos", "notes", "secrets"):
+        for row_id, values in client.tracker.all(table).items():
+            out[(table, row_id)] = {k: v for k, v in values.items() if v is not None}
+    return out
+
+
+@pytest.mark.spark
+def test_bootstrapped_clients_converge_with_clients_that_paged_from_zero(
+    lake: Lake, tmp_path: Path
+) -> None:
+    p = lake.pusher
+    # After the cut: updates, a delete, new rows, and notes moving between teams (so rows leave
+    # and enter views the bootstrapped clients got from the checkpoint).
+    p.write("w2", "todo004x", title="after the cut")
+    p.delete("w2", "todo005x")
+    p.write("w1", "todo100x", title="new", done=True)
+    p.write("w2", "note000red", table="notes", team="blue")  # leaves alice's view
+    p.write("w2", "note001blue", table="notes", team="red")  # enters it, leaves bob's
+    p.write("w1", "note200green", table="notes", team="green", body="new")
+    server = GatewayProcess(
+        tmp_path / "gw", SECRET, wal_url=lake.wal.url, extra_args=["--checkpoints", str(lake.root)]
+    ).start()
+    try:
+        boot = {sub: _python_client(tmp_path, server, lake.gw, sub, paging=False) for sub in TEAMS}
+        paged = {
+            sub: _python_client(tmp_path, server, lake.gw, f"{sub}-p", paging=True) for sub in TEAMS
+        }
+        http = _ClaimsGateway(server.url, lake.gw, TEAMS)
+        ts_boot = {
+            sub: TsLikeClient(f"{sub}-ts", http, lambda: NOW_MS, bootstrap=True) for sub in TEAMS
+        }
+        ts_paged = {sub: TsLikeClient(f"{sub}-tsp", http, lambda: NOW_MS) for sub in TEAMS}
+        for sub in TEAMS:
+            boot[sub].sync_once()
+            assert boot[sub].coordinator.cursor > lake.manifest.cursor
+            ts_boot[sub].sync_once()
+            (served,) = ts_boot[sub].checkpoint_cursors  # the caller's view tag, then C
+            assert split_cursor(served)[1] == lake.manifest.cursor and served > lake.manifest.cursor
+            paged[sub].sync_once()
+            ts_paged[sub].sync_once()
+        # everyone writes a little, then syncs until quiet; a bootstrapped TS client restarts
+        boot["alice"].tracker.insert("todos", "todo300x", {"title": "from alice"})
+        boot["bob"].tracker.update("notes", "note006blue", {"body": "bob was here"})
+        paged["alice"].tracker.update("todos", "todo006x", {"done": True})
+        ts_boot["bob"].insert("todos", "todo301x", {"title": "from the ts client"})
+        ts_boot["alice"].update("notes", "note005red", {"body": "ts edit"})
+        ts_boot["alice"].restart()
+        for _ in range(3):
+            for c in [*boot.values(), *paged.values()]:
+                c.sync_once()
+            for t in [*ts_boot.values(), *ts_paged.values()]:
+                t.sync_once()
+        # after its restart, and while a push answers with the cursor it pulled from (0), the
+        # TS client asks again: it has pulled before, so it is told to page from the start
+        after_restart = ts_boot["alice"].checkpoint_cursors[1:]
+        assert after_restart and set(after_restart) == {0}
+        for sub in TEAMS:
+            want = _expected(lake, sub)
+            assert _held(boot[sub]) == want, sub
+            assert _held(paged[sub]) == want, sub
+            assert ts_boot[sub].visible_rows() == want, sub
+            assert ts_paged[sub].visible_rows() == want, sub
+            assert ts_boot[sub].failed_applies == 0
+        for c in [*boot.values(), *paged.values()]:
+            c.close()
+        http.http.close()
+    finally:
+        server.stop()
