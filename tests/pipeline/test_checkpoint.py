@@ -8,6 +8,7 @@ snapshots, so the writes the convergence test makes afterwards change nothing th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Iterator, Mapping
@@ -15,9 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dagster as dg
 import pytest
+from click.testing import CliRunner
 
 from lakesync_platform.adapters.checkpoints import LocalCheckpointStore
+from lakesync_platform.cli import main
 from lakesync_platform.client import GatewayConfig, HttpTransport, LakeSyncClient, create_client
 from lakesync_platform.core.checkpoint import CheckpointStore, Manifest
 from lakesync_platform.core.proto import decode_sync_response
@@ -368,3 +372,109 @@ def test_bootstrapped_clients_converge_with_clients_that_paged_from_zero(
         http.http.close()
     finally:
         server.stop()
+
+
+@pytest.mark.spark
+def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_period(
+    spark: Any,
+    lake_dir: Path,
+    wal: WriteAheadLog,
+    gw: str,
+    pusher: Pusher,
+    todos: TableSchema,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from assets.definitions import build_definitions
+    from resources.sync_runs import checkpoint_job_name
+
+    root = tmp_path / "checkpoints"
+    env = {
+        "LAKESYNC_DATA_DIR": str(lake_dir),
+        "LAKESYNC_WAL_URL": wal.url,
+        "LAKESYNC_DEFS_DIR": str(tmp_path / "no-defs"),
+        "LAKESYNC_CHECKPOINTS": str(root),
+        "LAKESYNC_CHECKPOINT_EVERY_ENTRIES": "2",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    defs = build_definitions(env)
+    job = checkpoint_job_name(gw)
+    sensor = defs.resolve_sensor_def(f"{job}_growth")
+    instance = dg.DagsterInstance.ephemeral()
+
+    def tick() -> Any:
+        with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+            return sensor(context)
+
+    assert isinstance(tick(), dg.SkipReason)  # nothing in the lake yet
+    settings = PipelineSettings.from_env(env)
+    ctx = PipelineContext(settings, spark=spark, wal=wal)
+    for i in range(3):
+        pusher.write("a", f"r{i}", title=f"t{i}")
+    run_flush(ctx, gw)
+    run_state(ctx, gw)
+    assert isinstance(tick(), dg.RunRequest)  # no checkpoint yet
+    result = defs.resolve_job_def(job).execute_in_process(instance=instance)
+    assert result.success
+    (event,) = result.get_asset_materialization_events()
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert (meta["cursor"], meta["rows"], meta["written"]) == (3, 3, True)
+    assert meta["location"] == str(root) and meta["chunks"] == 1 and meta["bytes"] > 0
+    (check,) = result.get_asset_check_evaluations()
+    assert check.passed and check.check_name == "whole"
+    assert isinstance(tick(), dg.SkipReason)  # the lake has not moved on
+
+    store = LocalCheckpointStore(root)
+    first = current_manifest(store, gw)
+    assert first is not None
+    pusher.write("b", "r1", title="changed")
+    pusher.delete("b", "r2")
+    pusher.write("b", "r3", title="new")
+    run_flush(ctx, gw)
+    run_state(ctx, gw)
+    assert isinstance(tick(), dg.RunRequest)  # 3 more entries ≥ 2
+    second = run_checkpoint(ctx, gw)
+    assert (second.written, second.cursor, second.rows, second.removed) == (True, 6, 3, 0)
+    names = {p.name for p in (root / gw).iterdir()}
+    assert {"manifest.json", "manifest-3.json", "manifest-6.json", *first.chunks} <= names
+    qualified = state_table(gw, "todos")
+    assert tagged_cursors(spark, qualified) == {3, 6}
+    # a client that read the first manifest just before the swap still streams it whole
+    old_reader = lake_frames(store, gw, first, ctx)
+    assert sorted(r.row_id for r in old_reader) == ["r0", "r1", "r2"]
+
+    # a generation that never published left a chunk and a half-written file behind
+    (root / gw / "chunk-5-000.bin").write_bytes(b"orphan")
+    (root / gw / "manifest.json.tmp-0123").write_bytes(b"{")
+    later = PipelineContext(
+        dataclasses.replace(settings, checkpoint_grace_s=0), spark=spark, wal=wal
+    )
+    done = run_checkpoint(later, gw)
+    assert (done.written, done.cursor, done.removed) == (False, 6, 1)
+    second_manifest = current_manifest(store, gw)
+    assert second_manifest is not None
+    left = {p.name for p in (root / gw).iterdir()}
+    assert left == {"manifest.json", "manifest-6.json", *second_manifest.chunks}
+    assert tagged_cursors(spark, qualified) == {6}
+
+    runner = CliRunner(env=env)
+    common = ["--data-dir", str(lake_dir), "--wal-url", wal.url]
+    shown = runner.invoke(main, ["status", *common, "--gw", gw])
+    assert shown.exit_code == 0, shown.output
+    assert f"  {gw}: cursor=6 age=" in shown.output and "rows=3 chunks=1" in shown.output
+    ran = runner.invoke(main, ["run", "checkpoint", "--gw", gw, *common])
+    assert ran.exit_code == 0, ran.output
+    assert ran.stdout.startswith(f"checkpoint {gw}: up to date (cursor 6, 3 rows) in ")
+
+
+def lake_frames(store: CheckpointStore, gw: str, manifest: Manifest, ctx: PipelineContext) -> Any:
+    """Every row a stamped client gets from ``manifest`` (no filtering rules)."""
+    from lakesync_platform.core.sync_rules import ClientView as View
+    from lakesync_platform.sync.checkpoint import checkpoint_frames
+
+    cfg = SyncService(ctx.wal, clock=lambda: NOW_MS).config(gw)
+    frames = checkpoint_frames(
+        store, gw, manifest, cfg, View(None, {}), cursor=manifest.cursor, stamped=True, record=None
+    )
+    return [r for f in _frames(b"".join(frames)) for r in parse_stamped_response(f).deltas]
