@@ -15,8 +15,9 @@ from lakesync_platform.core.checkpoint import (
     chunk_name,
     encode_manifest,
 )
+from lakesync_platform.core.stamped import decode_stamped_response
 from lakesync_platform.core.wal import StoredRow, WalStore
-from lakesync_platform.sync.checkpoint import ChunkCutter, stamped_row
+from lakesync_platform.sync.checkpoint import ChunkCutter, stored_row
 
 
 def write_checkpoint(
@@ -35,12 +36,8 @@ def write_checkpoint(
     known = wal.table_columns(gw)
     chunks: list[ChunkInfo] = []
     for table, rows in sorted(by_table.items()):
-        names = tuple(known.get(table, ()))
-        cutter = ChunkCutter(cursor, chunk_bytes)
-        for done in [
-            *(cutter.add(stamped_row(r, names, set(names))) for r in rows),
-            cutter.finish(),
-        ]:
+        cutter = ChunkCutter(table, known.get(table, ()), cursor, chunk_bytes)
+        for done in [*(cutter.add(r) for r in rows), cutter.finish()]:
             if done is not None:
                 name = chunk_name(cursor, len(chunks))
                 store.write(gw, name, done[0])
@@ -57,3 +54,9 @@ def write_checkpoint(
     store.write(gw, archived_manifest(cursor), encode_manifest(manifest))
     store.write(gw, CURRENT_MANIFEST, encode_manifest(manifest))
     return manifest
+
+
+def stamped_rows(frame: bytes) -> list[StoredRow]:
+    """The rows of a stamped frame (or chunk), as row state."""
+    blocks, _ = decode_stamped_response(frame)
+    return [stored_row(b, i) for b in blocks for i in range(len(b))]

@@ -36,8 +36,9 @@ from typing import Generic, Literal, TypeVar
 
 from ..core.errors import ClockDriftError, RateLimitedError
 from ..core.hlc import HLC, encode
+from ..core.stamped import StampedBlock
 from ._actions import ActionQueue
-from ._applier import apply_rows
+from ._applier import apply_block, apply_rows
 from ._db import LocalDB
 from ._errors import DeadLetterError, TransportError, is_permanent
 from ._kv import SyncState
@@ -45,7 +46,7 @@ from ._outbox import Outbox, OutboxEntry
 from ._schemas import SchemaRegistry
 from ._tracker import SyncTracker
 from ._transport import Checkpoint, RealtimeTransport, Transport
-from ._wire import RemoteRow
+from ._wire import CheckpointBatch, RemoteRow
 
 __all__ = ["SyncCoordinator", "SyncMode", "SyncReport"]
 
@@ -230,8 +231,8 @@ class SyncCoordinator:
 
     # ---------------------------------------------------------------- pull
 
-    def _observe(self, rows: Sequence[RemoteRow]) -> None:
-        high = max((r.hlc for r in rows), default=0)  # a row's hlc is its newest stamp
+    def _observe(self, high: int) -> None:
+        """Absorb ``high``, the newest stamp of rows just received (0: none)."""
         if high == 0:
             return
         with self._db.lock:
@@ -240,23 +241,28 @@ class SyncCoordinator:
             except ClockDriftError as exc:
                 log.warning("remote stamp ahead of the local clock: %s", exc.message)
 
-    def _apply(self, rows: list[RemoteRow], cursor: int | None, source: str | None = None) -> int:
-        """Apply ``rows`` in one transaction and move the cursor (of ``source``, if given) to
-        ``cursor`` there (``None``: leave it)."""
+    def _apply(self, batch: CheckpointBatch, cursor: int | None, source: str | None = None) -> int:
+        """Apply a page of rows (or a checkpoint's block) in one transaction and move the
+        cursor (of ``source``, if given) to ``cursor`` there (``None``: leave it)."""
         with self._db.transaction():
-            changed = apply_rows(self._db, self._registry, rows)
+            if isinstance(batch, StampedBlock):
+                changed = apply_block(self._db, self._registry, batch)
+                high = max(batch.hlcs, default=0)
+            else:
+                changed = apply_rows(self._db, self._registry, batch)
+                high = max((r.hlc for r in batch), default=0)  # a row's hlc is its newest stamp
             if cursor is None:
                 pass
             elif source is None:
                 self._state.cursor = cursor
             else:
                 self._state.set_source_cursor(source, cursor)
-            self._observe(rows)
+            self._observe(high)
             self._state.hlc_high = encode(*self._hlc.state)
             self._db.mark_changed(changed)
         if changed:
             self._changes.emit(frozenset(changed))
-        return len(rows)
+        return len(batch)
 
     def _initial_sync(self) -> int:
         try:
@@ -283,10 +289,15 @@ class SyncCoordinator:
             if replace:
                 self._db.exec(_SEEN_DDL)
                 self._db.exec("DELETE FROM temp._lakesync_seen")
-            for rows in checkpoint.batches:
+            for batch in checkpoint.batches:
                 if replace:
-                    self._db.exec_many(_SEEN_INSERT, [(r.table, r.row_id) for r in rows])
-                received += self._apply(rows, None)
+                    keys = (
+                        [(batch.table, row_id) for row_id in batch.row_ids]
+                        if isinstance(batch, StampedBlock)
+                        else [(r.table, r.row_id) for r in batch]
+                    )
+                    self._db.exec_many(_SEEN_INSERT, keys)
+                received += self._apply(batch, None)
         finally:
             checkpoint.close()
         with self._db.transaction():

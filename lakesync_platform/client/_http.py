@@ -38,7 +38,7 @@ from ..core.wire import delta_to_wire
 from ._actions import ActionResponse
 from ._errors import TransportError, error_from_envelope
 from ._transport import Checkpoint, PullResponse, PushAck
-from ._wire import RemoteRow, decode_pull_body, read_frames, stamped_rows
+from ._wire import CheckpointBatch, checkpoint_batches, decode_pull_body, read_frames
 
 __all__ = [
     "CHECKPOINT_MEDIA_TYPE",
@@ -211,10 +211,10 @@ class HttpTransport:
             response.close()
             raise
 
-        def batches() -> Iterator[list[RemoteRow]]:
+        def batches() -> Iterator[CheckpointBatch]:
             try:
                 for frame in read_frames(response.iter_bytes()):
-                    yield stamped_rows(frame)
+                    yield from checkpoint_batches(frame)
             except httpx.HTTPError as exc:
                 raise TransportError(f"checkpoint download failed: {exc!r}") from exc
             finally:

@@ -24,7 +24,13 @@ from ..core.delta import RowDelta
 from ..core.errors import SourceNotFoundError
 from ..core.sync_rules import Claims
 from ._errors import TransportError
-from ._wire import RemoteRow, parse_remote_rows, read_frames, stamped_rows
+from ._wire import (
+    CheckpointBatch,
+    RemoteRow,
+    checkpoint_batches,
+    parse_remote_rows,
+    read_frames,
+)
 
 __all__ = [
     "Checkpoint",
@@ -64,11 +70,12 @@ def _nothing() -> None:
 class Checkpoint:
     """An initial-sync snapshot being read (PROTOCOL.md §6): rows as of cursor ``snapshot_hlc``
     (the pull cursor to resume from; 0: pull from the start), in ``batches`` read as they are
-    consumed — one per frame of the stream, so a large checkpoint never sits in memory whole.
+    consumed — a frame of the stream at a time, so a large checkpoint never sits in memory
+    whole: blocks of stamped rows, or rows without column stamps (the reference's format).
     ``close`` releases the stream (call it whether or not every batch was read)."""
 
     snapshot_hlc: int
-    batches: Iterable[list[RemoteRow]]
+    batches: Iterable[CheckpointBatch]
     close: Callable[[], None] = field(default=_nothing)
 
 
@@ -283,7 +290,8 @@ class InProcessTransport:
         )
         if served is None:
             return None
-        return Checkpoint(served.cursor, (stamped_rows(f) for f in read_frames(served.frames)))
+        batches = (b for f in read_frames(served.frames) for b in checkpoint_batches(f))
+        return Checkpoint(served.cursor, batches)
 
     def close(self) -> None:
         """Nothing to release (the service belongs to the caller)."""

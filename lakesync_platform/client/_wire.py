@@ -16,23 +16,24 @@ import msgspec
 
 from ..core.delta import INSERT, OPS, ColumnDelta, RowDelta
 from ..core.errors import ValidationError
-from ..core.proto import CodecError
-from ..core.stamped import parse_stamped_response
+from ..core.proto import decode_sync_response
+from ..core.stamped import StampedBlock, decode_stamped_response
 from ..core.wire import delta_to_wire
 from ._errors import TransportError
 
 __all__ = [
     "CHECKPOINT_STAMP",
+    "CheckpointBatch",
     "PullBody",
     "RemoteColumn",
     "RemoteRow",
+    "checkpoint_batches",
     "decode_pull_body",
     "delta_from_wire",
     "delta_to_wire",
     "parse_remote_row",
     "parse_remote_rows",
     "read_frames",
-    "stamped_rows",
 ]
 
 CHECKPOINT_STAMP: Final = 1
@@ -158,48 +159,33 @@ def read_frames(chunks: Iterable[bytes]) -> Iterator[bytes]:
         raise TransportError(f"checkpoint stream ended inside a frame ({len(buffer)} bytes left)")
 
 
-_json_value = msgspec.json.Decoder().decode
+CheckpointBatch = StampedBlock | list[RemoteRow]
+"""One frame of a checkpoint: a block of stamped rows, or (a frame in the reference's format)
+rows without column stamps."""
 
 
-def stamped_rows(frame: bytes) -> list[RemoteRow]:
-    """The rows of one checkpoint frame (``StampedSyncResponse``; a malformed frame is a
+def checkpoint_batches(frame: bytes) -> list[CheckpointBatch]:
+    """The rows of one checkpoint frame (a malformed frame is a
     :class:`~lakesync_platform.core.proto.CodecError`).
 
-    A row whose columns carry stamps is *full*: its delete stamp says which local columns the
-    server cleared. A row without column stamps (a checkpoint in the reference's format) gets
-    :data:`CHECKPOINT_STAMP` on each column and is applied as partial.
+    A ``StampedSyncResponse`` gives its blocks: full rows with their column stamps. A frame
+    without blocks is read as the reference's ``SyncResponse`` of ``INSERT``\\ s, whose rows
+    carry only their newest stamp: each column gets :data:`CHECKPOINT_STAMP` and the row is
+    applied as partial.
     """
-    message = parse_stamped_response(frame)
-    rows: list[RemoteRow] = []
-    append = rows.append
-    try:
-        for r in message.deltas:
-            cols = r.columns
-            if cols and cols[0].hlc:
-                columns = tuple(
-                    [RemoteColumn(c.column, _json_value(c.value), c.hlc, c.client_id) for c in cols]
-                )
-                append(
-                    RemoteRow(
-                        INSERT,
-                        r.table,
-                        r.row_id,
-                        r.hlc,
-                        r.client_id,
-                        columns,
-                        r.delete_hlc,
-                        r.delete_client_id,
-                        r.delta_id,
-                    )
-                )
-            else:
-                columns = tuple(
-                    [
-                        RemoteColumn(c.column, _json_value(c.value), CHECKPOINT_STAMP, "")
-                        for c in cols
-                    ]
-                )
-                append(RemoteRow(INSERT, r.table, r.row_id, r.hlc, r.client_id, columns))
-    except msgspec.DecodeError as exc:
-        raise CodecError(f"a checkpoint column value is not JSON: {exc}") from None
-    return rows
+    blocks, _ = decode_stamped_response(frame)
+    if blocks:
+        return list(blocks)
+    deltas, _, _ = decode_sync_response(frame)
+    rows = [
+        RemoteRow(
+            INSERT,
+            d.table,
+            d.row_id,
+            d.hlc,
+            d.client_id,
+            tuple(RemoteColumn(c.column, c.value, CHECKPOINT_STAMP, "") for c in d.columns),
+        )
+        for d in deltas
+    ]
+    return [rows] if rows else []

@@ -5,9 +5,11 @@ cursor ``C``, written by the pipeline as **chunk** objects plus a **manifest**, 
 ``<root>/<gw>/``:
 
 * ``chunk-<C>-<NNN>.bin`` — one ``lakesync.platform.v1.StampedSyncResponse`` each
-  (:mod:`.stamped`): the rows of *one* table with every column's stamp, the row's delete stamp
-  and its position, ``server_hlc = C``. The message is also a valid ``lakesync.v1.SyncResponse``
-  of ``INSERT``\\ s, the reference's chunk format;
+  (:mod:`.stamped`) with ``server_hlc = C``: live rows of *one* table, column by column, with
+  every column's stamp, each row's delete stamp and its position (the reference's chunk is a
+  ``lakesync.v1.SyncResponse`` of bare ``INSERT``\\ s, which carries neither the stamps our
+  client keeps nor what its decoding speed needs; the TS client still gets that message, in
+  the stream's frames);
 * ``manifest.json`` — the current checkpoint: the reference's fields (``snapshotHlc``,
   ``generatedAt``, ``chunkCount``, ``totalDeltas``, ``chunks``) plus ours (:class:`Manifest`);
 * ``manifest-<C>.json`` — a copy of each published manifest, which says which chunks and

@@ -40,7 +40,7 @@ from ..core.checkpoint import (
     manifest_cursor,
 )
 from ..core.errors import LakeSyncError
-from ..core.stamped import parse_stamped_response
+from ..core.stamped import decode_stamped_response
 from ..settings import PipelineSettings
 from ..spark.checkpoint import (
     CheckpointPlan,
@@ -51,7 +51,7 @@ from ..spark.checkpoint import (
     tagged_cursors,
 )
 from ..spark.layout import LIVE_COL, log_table, q, state_table, synced_columns
-from ..sync.checkpoint import ChunkCutter, stamped_row
+from ..sync.checkpoint import ChunkCutter
 from .context import CheckOutcome, PipelineContext
 
 __all__ = [
@@ -191,12 +191,11 @@ def _write(
             chunks.append(ChunkInfo(name, table, rows, len(data)))
 
     for table_plan in plan.tables:
-        names = tuple(name for name, _ in synced_columns(table_plan.schema))
-        name_set = frozenset(names)
-        cutter = ChunkCutter(cursor, ctx.settings.checkpoint_chunk_bytes)
+        names = [name for name, _ in synced_columns(table_plan.schema)]
+        cutter = ChunkCutter(table_plan.table, names, cursor, ctx.settings.checkpoint_chunk_bytes)
         rows = 0
         for row in read_rows(ctx.spark, table_plan):
-            store_chunk(table_plan.table, cutter.add(stamped_row(row, names, name_set)))
+            store_chunk(table_plan.table, cutter.add(row))
             rows += 1
         store_chunk(table_plan.table, cutter.finish())
         if table_plan.snapshot_id is not None:
@@ -319,13 +318,14 @@ def check_checkpoint(ctx: PipelineContext, gw: str) -> CheckOutcome:
             problems.append(f"{info.name} missing")
             continue
         try:
-            decoded = parse_stamped_response(data).deltas
+            blocks, _ = decode_stamped_response(data)
         except LakeSyncError as exc:
             problems.append(f"{info.name}: {exc}")
             continue
-        if len(decoded) != info.rows or any(r.table != info.table for r in decoded):
+        held = sum(len(b) for b in blocks)
+        if held != info.rows or any(b.table != info.table for b in blocks):
             problems.append(f"{info.name} does not hold {info.rows} rows of {info.table}")
-        rows[info.table] = rows.get(info.table, 0) + len(decoded)
+        rows[info.table] = rows.get(info.table, 0) + held
     spark = ctx.spark
     with ctx.exclusive("check of the checkpoint", gw):
         for snap in manifest.tables:

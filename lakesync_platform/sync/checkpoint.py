@@ -1,16 +1,18 @@
 """Checkpoints as a delivery: rows as chunks are written, and the stream one client is served.
 
-A checkpoint chunk holds each live row as the **stamped** delivery of :mod:`.delivery` would
-send it (:func:`~.delivery.stamped_insert`: every live column with its stamp, the row's delete
-stamp) plus the row's position, as a ``lakesync.platform.v1.StampedRow``
-(:mod:`lakesync_platform.core.stamped`). :class:`ChunkCutter` cuts one table's rows into chunks
-of about the configured size. That is everything serving needs:
+A checkpoint chunk holds the live rows of one table as a stamped block
+(:class:`~lakesync_platform.core.stamped.StampedBlock`, stored column by column): every live
+column with the stamp that wrote it, each row's newest stamp and delete stamp — what the stamped
+delivery of :mod:`.delivery` (:func:`~.delivery.stamped_insert`) sends for a row — plus each
+row's position. :class:`ChunkCutter` cuts one table's rows into chunks of about the configured
+size. That is everything serving needs:
 
 * the rows' full values, for the caller's sync rules (evaluated at serve time with its claims,
   as a pull does: nothing outside its view leaves the server);
 * per-column stamps, for clients that keep them (``format=stamped``, our Python client);
 * the full row and its newest stamp, for the unmodified TS client, which gets the pull's pair
-  (:func:`~.delivery.ts_row_deltas`: ``DELETE`` stamped 0, then the whole row as ``INSERT``).
+  (:func:`~.delivery.ts_row_deltas`: ``DELETE`` stamped 0, then the whole row as ``INSERT``) in
+  ``lakesync.v1.SyncResponse`` frames.
 
 :func:`checkpoint_frames` streams a checkpoint to one client as ``uint32`` big-endian
 length-prefixed frames (PROTOCOL.md §6). Chunks of tables outside the caller's view are never
@@ -24,7 +26,7 @@ row that has left the view since.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Set
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from typing import Final
 
 import msgspec
@@ -35,23 +37,21 @@ from ..core.errors import AdapterError
 from ..core.merge import ColumnState, RowState
 from ..core.proto import CodecError, encode_sync_response
 from ..core.stamped import (
-    OP_INSERT,
-    StampedColumn,
-    StampedRow,
+    StampedBlock,
+    StampedColumns,
+    decode_stamped_response,
     encode_stamped_response,
-    json_bytes,
-    parse_stamped_response,
 )
 from ..core.sync_rules import ClientView
 from ..core.wal import RowRecord, StoredRow
 from .config import GatewayConfig
-from .delivery import stamped_insert, ts_row_deltas
+from .delivery import ts_row_deltas
 
 __all__ = [
     "FRAME_ROWS",
     "ChunkCutter",
     "checkpoint_frames",
-    "stamped_row",
+    "stamped_block",
     "stored_row",
 ]
 
@@ -59,77 +59,91 @@ FRAME_ROWS: Final = 2000
 """Rows per re-encoded frame (a stored chunk the caller sees whole is sent as one frame)."""
 _PIECE: Final = 1 << 20
 """Bytes read from storage at a time when a chunk is streamed as it is stored."""
-_json_decode = msgspec.json.Decoder().decode
+_encode_json = msgspec.json.Encoder().encode
 
 
-def stamped_row(row: StoredRow, names: tuple[str, ...], name_set: Set[str]) -> StampedRow:
-    """A live row as a chunk holds it: the stamped delivery of the row, plus its position."""
-    s = stamped_insert(row, names, name_set)
-    return StampedRow(
-        op=OP_INSERT,
-        table=s.table,
-        row_id=s.row_id,
-        columns=[
-            StampedColumn(
-                column=c.column, value=json_bytes(c.value), hlc=int(c.hlc), client_id=c.client_id
-            )
-            for c in s.columns
-        ],
-        hlc=int(s.hlc),
-        client_id=s.client_id,
-        delta_id=s.delta_id,
-        delete_hlc=int(s.delete_hlc),
-        delete_client_id=s.delete_client_id,
-        position=row.position,
+def stamped_block(table: str, rows: Sequence[StoredRow], names: Sequence[str]) -> StampedBlock:
+    """Live ``rows`` of ``table`` as a block: each row's columns with their stamps (``names``
+    first, then any other column a row holds; a column no row holds is left out), newest and
+    delete stamps, position."""
+    present: dict[str, None] = {}
+    for row in rows:
+        present.update(dict.fromkeys(row.state.columns))
+    order = [n for n in names if n in present]
+    order += [n for n in present if n not in set(names)]
+    columns = [StampedColumns(name, [], [], []) for name in order]
+    newest = [row.state.newest_stamp() for row in rows]
+    for row in rows:
+        cells = row.state.columns
+        for col in columns:
+            cell = cells.get(col.name)
+            if cell is None:
+                col.values.append(None)
+                col.hlcs.append(0)
+                col.client_ids.append("")
+            else:
+                col.values.append(cell.value)
+                col.hlcs.append(cell.hlc)
+                col.client_ids.append(cell.client_id)
+    return StampedBlock(
+        table,
+        [r.row_id for r in rows],
+        [h for h, _ in newest],
+        [c for _, c in newest],
+        [r.state.delete_hlc for r in rows],
+        [r.state.delete_client for r in rows],
+        [r.position for r in rows],
+        columns,
     )
 
 
-def stored_row(row: StampedRow) -> StoredRow:
-    """A chunk's row back as row state (values decoded from their JSON)."""
-    try:
-        columns = {
-            c.column: ColumnState(_json_decode(c.value), c.hlc, c.client_id) for c in row.columns
-        }
-    except msgspec.DecodeError as exc:
-        raise CodecError(f"a column value of row {row.row_id!r} is not JSON: {exc}") from None
-    state = RowState(columns, row.delete_hlc, row.delete_client_id)
-    return StoredRow(f"{row.table}:{row.row_id}", row.table, row.row_id, state, row.position)
+def stored_row(block: StampedBlock, i: int) -> StoredRow:
+    """Row ``i`` of a block back as row state."""
+    columns = {
+        c.name: ColumnState(c.values[i], c.hlcs[i], c.client_ids[i])
+        for c in block.columns
+        if c.hlcs[i]
+    }
+    state = RowState(columns, block.delete_hlcs[i], block.delete_client_ids[i])
+    row_id = block.row_ids[i]
+    return StoredRow(f"{block.table}:{row_id}", block.table, row_id, state, block.positions[i])
 
 
 class ChunkCutter:
-    """Cuts the rows of one table into chunks of about ``chunk_bytes`` (at least one row each).
+    """Cuts the live rows of one table into chunks of about ``chunk_bytes`` (a row at least).
 
-    :meth:`add` returns a finished chunk's bytes when the next row would overflow it;
-    :meth:`finish` the last one. ``rows`` and ``size`` describe the chunk being filled.
+    :meth:`add` returns a finished chunk ``(bytes, rows)`` when the next row would overflow it;
+    :meth:`finish` the last one.
     """
 
-    def __init__(self, cursor: int, chunk_bytes: int) -> None:
+    def __init__(self, table: str, names: Sequence[str], cursor: int, chunk_bytes: int) -> None:
+        self.table = table
+        self.names = list(names)
         self.cursor = cursor
         self.chunk_bytes = chunk_bytes
-        self._rows: list[StampedRow] = []
-        self.size = 0
+        self._rows: list[StoredRow] = []
+        self._size = 0
 
-    @property
-    def rows(self) -> int:
-        """Rows in the chunk being filled."""
-        return len(self._rows)
-
-    def add(self, row: StampedRow) -> tuple[bytes, int] | None:
-        """Add ``row``; a finished chunk ``(bytes, rows)`` when this row starts a new one."""
-        size = row.ByteSize() + 6  # the field key and length of the repeated field
+    def add(self, row: StoredRow) -> tuple[bytes, int] | None:
+        """Add ``row``; a finished chunk when this row starts a new one."""
+        # About the row's encoded size: its values as JSON, 10 bytes per stamp, its ids.
+        cells = row.state.columns
+        size = len(_encode_json(row.state.values())) + len(row.row_id) + 40
+        size += sum(10 + len(c.client_id) for c in cells.values())
         done = None
-        if self._rows and self.size + size > self.chunk_bytes:
+        if self._rows and self._size + size > self.chunk_bytes:
             done = self.finish()
         self._rows.append(row)
-        self.size += size
+        self._size += size
         return done
 
     def finish(self) -> tuple[bytes, int] | None:
-        """The chunk being filled ``(bytes, rows)``, if it holds any row; starts a new one."""
+        """The chunk being filled, if it holds any row; starts a new one."""
         if not self._rows:
             return None
-        rows, self._rows, self.size = self._rows, [], 0
-        return encode_stamped_response(rows, self.cursor), len(rows)
+        rows, self._rows, self._size = self._rows, [], 0
+        block = stamped_block(self.table, rows, self.names)
+        return encode_stamped_response([block], self.cursor), len(rows)
 
 
 def checkpoint_frames(
@@ -166,36 +180,36 @@ def checkpoint_frames(
         if data is None:
             raise AdapterError(f"checkpoint chunk {info.name} of {gw} is missing")
         try:
-            rows = parse_stamped_response(data).deltas
+            blocks, _ = decode_stamped_response(data)
         except CodecError as exc:
             raise AdapterError(f"checkpoint chunk {info.name} of {gw}: {exc.message}") from exc
         names, name_set = cfg.delivered_columns(info.table)
-        for start in range(0, len(rows), FRAME_ROWS):
-            batch = rows[start : start + FRAME_ROWS]
-            kept: list[StampedRow] = []
-            plain: list[RowDelta] = []
-            keys: list[str] = []
-            for row in batch:
-                stored = None
-                if not unfiltered:
-                    stored = stored_row(row)
-                    if not view.row_visible(info.table, stored.state.values()):
-                        continue
-                    keys.append(stored.row_key)
-                if stamped:
-                    kept.append(row)
-                else:
-                    plain.extend(_ts_pair(stored or stored_row(row), names, name_set))
-            if not kept and not plain:
-                continue
-            if keys and record is not None:
-                record(dict.fromkeys(keys, held))
-            payload = (
-                encode_stamped_response(kept, cursor)
-                if stamped
-                else encode_sync_response(plain, cursor, False)
-            )
-            yield length_prefix(len(payload)) + payload
+        for block in blocks:
+            for start in range(0, len(block), FRAME_ROWS):
+                kept: list[int] = []
+                plain: list[RowDelta] = []
+                keys: list[str] = []
+                for i in range(start, min(start + FRAME_ROWS, len(block))):
+                    stored = None
+                    if not unfiltered:
+                        stored = stored_row(block, i)
+                        if not view.row_visible(info.table, stored.state.values()):
+                            continue
+                        keys.append(stored.row_key)
+                    if stamped:
+                        kept.append(i)
+                    else:
+                        plain.extend(_ts_pair(stored or stored_row(block, i), names, name_set))
+                if not kept and not plain:
+                    continue
+                if keys and record is not None:
+                    record(dict.fromkeys(keys, held))
+                payload = (
+                    encode_stamped_response([block.subset(kept)], cursor)
+                    if stamped
+                    else encode_sync_response(plain, cursor, False)
+                )
+                yield length_prefix(len(payload)) + payload
 
 
 def _ts_pair(row: StoredRow, names: tuple[str, ...], name_set: Set[str]) -> list[RowDelta]:

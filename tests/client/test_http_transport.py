@@ -23,12 +23,7 @@ from lakesync_platform.core.errors import (
 )
 from lakesync_platform.core.ids import delta_id
 from lakesync_platform.core.proto import encode_sync_response
-from lakesync_platform.core.stamped import (
-    StampedColumn,
-    StampedRow,
-    encode_stamped_response,
-    json_bytes,
-)
+from lakesync_platform.core.stamped import StampedBlock, StampedColumns, encode_stamped_response
 
 Handler = Callable[[httpx.Request], httpx.Response]
 COLS = (ColumnDelta("title", "x"),)
@@ -259,26 +254,21 @@ def test_read_frames_splits_across_chunks() -> None:
 
 
 def test_checkpoint_stream_frames_are_decoded() -> None:
-    """Stamped frames give full rows with their column stamps; a frame in the reference's format
-    (no stamps) gives partial rows with the minimal checkpoint stamp."""
-    stamped = StampedRow(
-        op=1,
-        table="todos",
-        row_id="r2",
-        columns=[StampedColumn(column="title", value=json_bytes("y"), hlc=8 << 16, client_id="c2")],
-        hlc=9 << 16,
-        client_id="c2",
-        delta_id="f" * 64,
-        delete_hlc=3 << 16,
-        delete_client_id="c3",
-        position=4,
+    """Stamped frames give their blocks; a frame in the reference's format (no stamps) gives
+    partial rows with the minimal checkpoint stamp."""
+    block = StampedBlock(
+        "todos",
+        ["r2", "r3"],
+        [9 << 16, 10 << 16],
+        ["c2", "c3"],
+        [3 << 16, 0],
+        ["c3", ""],
+        [4, 5],
+        [StampedColumns("title", ["y", None], [8 << 16, 0], ["c2", ""])],
     )
     stream = b"".join(
         len(p).to_bytes(4, "big") + p
-        for p in (
-            encode_sync_response([DELTA], 500, False),
-            encode_stamped_response([stamped], 500),
-        )
+        for p in (encode_sync_response([DELTA], 500, False), encode_stamped_response([block], 500))
     )
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -297,19 +287,7 @@ def test_checkpoint_stream_frames_are_decoded() -> None:
                 (RemoteColumn("title", "x", CHECKPOINT_STAMP, ""),),
             )
         ],
-        [
-            RemoteRow(
-                "INSERT",
-                "todos",
-                "r2",
-                9 << 16,
-                "c2",
-                (RemoteColumn("title", "y", 8 << 16, "c2"),),
-                3 << 16,
-                "c3",
-                "f" * 64,
-            )
-        ],
+        block,
     ]
 
 

@@ -19,7 +19,7 @@ from lakesync_platform.client import (
     TransportError,
     backoff_ms,
 )
-from lakesync_platform.client._wire import stamped_rows
+from lakesync_platform.client._wire import checkpoint_batches
 from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.errors import RateLimitedError, ValidationError
@@ -371,7 +371,7 @@ def test_checkpoint_without_stamps_is_replaced_by_any_stamped_write(
 
     def checkpoint() -> Checkpoint:
         calls.append(1)
-        return Checkpoint(snapshot, [stamped_rows(frame)])
+        return Checkpoint(snapshot, checkpoint_batches(frame))
 
     b = make_client("bob", transport=InProcessTransport(service, GW, checkpoint=checkpoint))
     assert b.sync_once().pulled == 1

@@ -6,7 +6,6 @@ The checkpoints here are written from the WAL's row state with the pipeline's ch
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,8 @@ from lakesync_platform.client._wire import read_frames
 from lakesync_platform.core.checkpoint import CHECKPOINT_MEDIA_TYPE, Manifest
 from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.proto import decode_sync_response
-from lakesync_platform.core.stamped import parse_stamped_response
 from lakesync_platform.sync.cursors import split_cursor
-from tests.checkpoint_kit import write_checkpoint
+from tests.checkpoint_kit import stamped_rows, write_checkpoint
 
 from .conftest import Gateway, GatewayFactory, assert_error
 
@@ -94,16 +92,14 @@ def test_both_encodings_carry_what_a_pull_from_zero_does(
     assert resp.status_code == 200
     assert resp.headers["content-type"].startswith(CHECKPOINT_MEDIA_TYPE)
     assert int(resp.headers["x-checkpoint-hlc"]) == manifest.cursor == g.state.wal.max_cursor(gw)
-    rows = [r for f in frames for r in parse_stamped_response(f).deltas]
+    rows = [r for f in frames for r in stamped_rows(f)]
     got = sorted(
         (
             r.row_id,
-            r.hlc,
-            r.client_id,
-            r.delta_id,
-            r.delete_hlc,
-            r.delete_client_id,
-            sorted((c.column, json.loads(c.value), c.hlc, c.client_id) for c in r.columns),
+            r.state.newest_stamp(),
+            r.state.delete_hlc,
+            r.state.delete_client,
+            sorted((n, c.value, c.hlc, c.client_id) for n, c in r.state.columns.items()),
         )
         for r in rows
     )
@@ -111,9 +107,7 @@ def test_both_encodings_carry_what_a_pull_from_zero_does(
     want = sorted(
         (
             d["rowId"],
-            int(d["hlc"]),
-            d["clientId"],
-            d["deltaId"],
+            (int(d["hlc"]), d["clientId"]),
             int(d["deleteHlc"]),
             d["deleteClientId"],
             sorted((c["column"], c["value"], int(c["hlc"]), c["clientId"]) for c in d["columns"]),
@@ -154,7 +148,7 @@ def test_two_users_views_leak_nothing_and_rows_leaving_later_are_retracted(
             tag, position = split_cursor(int(resp.headers["x-checkpoint-hlc"]))
             assert position == manifest.cursor and tag != 0  # the caller's view tag
             if stamped:
-                got = {r.row_id for f in frames for r in parse_stamped_response(f).deltas}
+                got = {r.row_id for f in frames for r in stamped_rows(f)}
             else:
                 got = {d.row_id for f in frames for d in decode_sync_response(f)[0]}
             visible = {r for r, t in notes.items() if t in teams}

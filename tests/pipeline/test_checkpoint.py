@@ -9,7 +9,6 @@ snapshots, so the writes the convergence test makes afterwards change nothing th
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +25,6 @@ from lakesync_platform.client import GatewayConfig, HttpTransport, LakeSyncClien
 from lakesync_platform.core.checkpoint import CheckpointStore, Manifest
 from lakesync_platform.core.proto import decode_sync_response
 from lakesync_platform.core.schema import TableSchema, parse_table_schema
-from lakesync_platform.core.stamped import parse_stamped_response
 from lakesync_platform.core.sync_rules import ClientView, parse_sync_rules
 from lakesync_platform.pipeline.checkpoint import (
     check_checkpoint,
@@ -53,6 +51,7 @@ from lakesync_platform.sync.cursors import split_cursor
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
+from tests.checkpoint_kit import stamped_rows
 from tests.gateway.test_convergence import HttpGateway
 from tests.helpers import SECRET, token
 from tests.sim import TsLikeClient
@@ -154,7 +153,9 @@ def _chunk_rows(lake: Lake) -> dict[tuple[str, str], Any]:
     for name in lake.manifest.chunks:
         data = lake.store.read(lake.gw, name)
         assert data is not None
-        for r in parse_stamped_response(data).deltas:
+        rows = stamped_rows(data)
+        assert [r.row_id for r in rows] == sorted(r.row_id for r in rows)  # in row id order
+        for r in rows:
             out[(r.table, r.row_id)] = r
     return out
 
@@ -191,8 +192,8 @@ def test_the_checkpoint_equals_the_state_tables_at_its_cursor(spark: Any, lake: 
         expected = _state_at_tag(spark, lake, schema)
         got = {
             row_id: (
-                {c.column: (json.loads(c.value), c.hlc, c.client_id) for c in r.columns},
-                (r.delete_hlc, r.delete_client_id),
+                {n: (c.value, c.hlc, c.client_id) for n, c in r.state.columns.items()},
+                (r.state.delete_hlc, r.state.delete_client),
                 r.position,
             )
             for (table, row_id), r in chunked.items()
@@ -203,7 +204,7 @@ def test_the_checkpoint_equals_the_state_tables_at_its_cursor(spark: Any, lake: 
     # rows as the gateway holds them (the WAL's row state), values equal as JSON
     for (table, row_id), r in chunked.items():
         state = dict(lake.wal.row_states(lake.gw, table))[row_id]
-        assert {c.column: json.loads(c.value) for c in r.columns} == state.values()
+        assert r.state.values() == state.values()
     assert "todo002x" not in {rid for _, rid in chunked}  # deleted before the cut
     check = check_checkpoint(lake.ctx, lake.gw)
     assert check.passed, check.description
@@ -219,11 +220,7 @@ def test_filtered_checkpoints_for_two_users_leak_nothing(lake: Lake) -> None:
         client = f"{sub}-leak"
         claims = {"sub": client, "teams": tuple(teams)}
         view = ClientView(rules, claims)
-        visible = {
-            key
-            for key, r in chunked.items()
-            if view.row_visible(key[0], {c.column: json.loads(c.value) for c in r.columns})
-        }
+        visible = {key for key, r in chunked.items() if view.row_visible(key[0], r.state.values())}
         assert {t for t, _ in visible} == {"todos", "notes"}
         for stamped in (True, False):
             served = lake.service.checkpoint(
@@ -233,7 +230,7 @@ def test_filtered_checkpoints_for_two_users_leak_nothing(lake: Lake) -> None:
             body = b"".join(served.frames)
             frames = _frames(body)
             if stamped:
-                rows = [r for f in frames for r in parse_stamped_response(f).deltas]
+                rows = [r for f in frames for r in stamped_rows(f)]
                 assert {(r.table, r.row_id) for r in rows} == visible
                 assert all(r == chunked[(r.table, r.row_id)] for r in rows)
             else:
@@ -477,4 +474,4 @@ def lake_frames(store: CheckpointStore, gw: str, manifest: Manifest, ctx: Pipeli
     frames = checkpoint_frames(
         store, gw, manifest, cfg, View(None, {}), cursor=manifest.cursor, stamped=True, record=None
     )
-    return [r for f in _frames(b"".join(frames)) for r in parse_stamped_response(f).deltas]
+    return [r for f in _frames(b"".join(frames)) for r in stamped_rows(f)]

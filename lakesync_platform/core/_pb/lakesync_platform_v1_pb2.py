@@ -24,17 +24,17 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alakesync_platform_v1.proto\x12\x14lakesync.platform.v1\"N\n\rStampedColumn\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\x12\x0b\n\x03hlc\x18\x03 \x01(\x06\x12\x11\n\tclient_id\x18\x04 \x01(\t\"\xdf\x01\n\nStampedRow\x12\n\n\x02op\x18\x01 \x01(\x05\x12\r\n\x05table\x18\x02 \x01(\t\x12\x0e\n\x06row_id\x18\x03 \x01(\t\x12\x34\n\x07\x63olumns\x18\x04 \x03(\x0b\x32#.lakesync.platform.v1.StampedColumn\x12\x0b\n\x03hlc\x18\x05 \x01(\x06\x12\x11\n\tclient_id\x18\x06 \x01(\t\x12\x10\n\x08\x64\x65lta_id\x18\x07 \x01(\t\x12\x12\n\ndelete_hlc\x18\x08 \x01(\x06\x12\x18\n\x10\x64\x65lete_client_id\x18\t \x01(\t\x12\x10\n\x08position\x18\n \x01(\x06\"m\n\x13StampedSyncResponse\x12\x30\n\x06\x64\x65ltas\x18\x01 \x03(\x0b\x32 .lakesync.platform.v1.StampedRow\x12\x12\n\nserver_hlc\x18\x02 \x01(\x06\x12\x10\n\x08has_more\x18\x03 \x01(\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1alakesync_platform_v1.proto\x12\x14lakesync.platform.v1\"T\n\x12StampedColumnBlock\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06values\x18\x02 \x01(\x0c\x12\x0c\n\x04hlcs\x18\x03 \x03(\x06\x12\x12\n\nclient_ids\x18\x04 \x03(\t\"\xce\x01\n\x0cStampedBlock\x12\r\n\x05table\x18\x01 \x01(\t\x12\x0f\n\x07row_ids\x18\x02 \x03(\t\x12\x0c\n\x04hlcs\x18\x03 \x03(\x06\x12\x12\n\nclient_ids\x18\x04 \x03(\t\x12\x13\n\x0b\x64\x65lete_hlcs\x18\x05 \x03(\x06\x12\x19\n\x11\x64\x65lete_client_ids\x18\x06 \x03(\t\x12\x11\n\tpositions\x18\x07 \x03(\x06\x12\x39\n\x07\x63olumns\x18\x08 \x03(\x0b\x32(.lakesync.platform.v1.StampedColumnBlock\"o\n\x13StampedSyncResponse\x12\x12\n\nserver_hlc\x18\x02 \x01(\x06\x12\x10\n\x08has_more\x18\x03 \x01(\x08\x12\x32\n\x06\x62locks\x18\x04 \x03(\x0b\x32\".lakesync.platform.v1.StampedBlockb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lakesync_platform_v1_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STAMPEDCOLUMN']._serialized_start=52
-  _globals['_STAMPEDCOLUMN']._serialized_end=130
-  _globals['_STAMPEDROW']._serialized_start=133
-  _globals['_STAMPEDROW']._serialized_end=356
-  _globals['_STAMPEDSYNCRESPONSE']._serialized_start=358
-  _globals['_STAMPEDSYNCRESPONSE']._serialized_end=467
+  _globals['_STAMPEDCOLUMNBLOCK']._serialized_start=52
+  _globals['_STAMPEDCOLUMNBLOCK']._serialized_end=136
+  _globals['_STAMPEDBLOCK']._serialized_start=139
+  _globals['_STAMPEDBLOCK']._serialized_end=345
+  _globals['_STAMPEDSYNCRESPONSE']._serialized_start=347
+  _globals['_STAMPEDSYNCRESPONSE']._serialized_end=458
 # @@protoc_insertion_point(module_scope)

@@ -6,48 +6,44 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
-class StampedColumn(_message.Message):
-    __slots__ = ("column", "value", "hlc", "client_id")
-    COLUMN_FIELD_NUMBER: _ClassVar[int]
-    VALUE_FIELD_NUMBER: _ClassVar[int]
-    HLC_FIELD_NUMBER: _ClassVar[int]
-    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
-    column: str
-    value: bytes
-    hlc: int
-    client_id: str
-    def __init__(self, column: _Optional[str] = ..., value: _Optional[bytes] = ..., hlc: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
+class StampedColumnBlock(_message.Message):
+    __slots__ = ("name", "values", "hlcs", "client_ids")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    HLCS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    values: bytes
+    hlcs: _containers.RepeatedScalarFieldContainer[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., values: _Optional[bytes] = ..., hlcs: _Optional[_Iterable[int]] = ..., client_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class StampedRow(_message.Message):
-    __slots__ = ("op", "table", "row_id", "columns", "hlc", "client_id", "delta_id", "delete_hlc", "delete_client_id", "position")
-    OP_FIELD_NUMBER: _ClassVar[int]
+class StampedBlock(_message.Message):
+    __slots__ = ("table", "row_ids", "hlcs", "client_ids", "delete_hlcs", "delete_client_ids", "positions", "columns")
     TABLE_FIELD_NUMBER: _ClassVar[int]
-    ROW_ID_FIELD_NUMBER: _ClassVar[int]
+    ROW_IDS_FIELD_NUMBER: _ClassVar[int]
+    HLCS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_HLCS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_CLIENT_IDS_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    HLC_FIELD_NUMBER: _ClassVar[int]
-    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
-    DELTA_ID_FIELD_NUMBER: _ClassVar[int]
-    DELETE_HLC_FIELD_NUMBER: _ClassVar[int]
-    DELETE_CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
-    POSITION_FIELD_NUMBER: _ClassVar[int]
-    op: int
     table: str
-    row_id: str
-    columns: _containers.RepeatedCompositeFieldContainer[StampedColumn]
-    hlc: int
-    client_id: str
-    delta_id: str
-    delete_hlc: int
-    delete_client_id: str
-    position: int
-    def __init__(self, op: _Optional[int] = ..., table: _Optional[str] = ..., row_id: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[StampedColumn, _Mapping]]] = ..., hlc: _Optional[int] = ..., client_id: _Optional[str] = ..., delta_id: _Optional[str] = ..., delete_hlc: _Optional[int] = ..., delete_client_id: _Optional[str] = ..., position: _Optional[int] = ...) -> None: ...
+    row_ids: _containers.RepeatedScalarFieldContainer[str]
+    hlcs: _containers.RepeatedScalarFieldContainer[int]
+    client_ids: _containers.RepeatedScalarFieldContainer[str]
+    delete_hlcs: _containers.RepeatedScalarFieldContainer[int]
+    delete_client_ids: _containers.RepeatedScalarFieldContainer[str]
+    positions: _containers.RepeatedScalarFieldContainer[int]
+    columns: _containers.RepeatedCompositeFieldContainer[StampedColumnBlock]
+    def __init__(self, table: _Optional[str] = ..., row_ids: _Optional[_Iterable[str]] = ..., hlcs: _Optional[_Iterable[int]] = ..., client_ids: _Optional[_Iterable[str]] = ..., delete_hlcs: _Optional[_Iterable[int]] = ..., delete_client_ids: _Optional[_Iterable[str]] = ..., positions: _Optional[_Iterable[int]] = ..., columns: _Optional[_Iterable[_Union[StampedColumnBlock, _Mapping]]] = ...) -> None: ...
 
 class StampedSyncResponse(_message.Message):
-    __slots__ = ("deltas", "server_hlc", "has_more")
-    DELTAS_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("server_hlc", "has_more", "blocks")
     SERVER_HLC_FIELD_NUMBER: _ClassVar[int]
     HAS_MORE_FIELD_NUMBER: _ClassVar[int]
-    deltas: _containers.RepeatedCompositeFieldContainer[StampedRow]
+    BLOCKS_FIELD_NUMBER: _ClassVar[int]
     server_hlc: int
     has_more: bool
-    def __init__(self, deltas: _Optional[_Iterable[_Union[StampedRow, _Mapping]]] = ..., server_hlc: _Optional[int] = ..., has_more: _Optional[bool] = ...) -> None: ...
+    blocks: _containers.RepeatedCompositeFieldContainer[StampedBlock]
+    def __init__(self, server_hlc: _Optional[int] = ..., has_more: _Optional[bool] = ..., blocks: _Optional[_Iterable[_Union[StampedBlock, _Mapping]]] = ...) -> None: ...
