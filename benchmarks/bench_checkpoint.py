@@ -17,8 +17,10 @@ Then ``--rounds`` rounds, each with two brand-new file-backed clients over HTTP,
 Each side reports wall seconds, the client process's CPU seconds and the gateway process's CPU
 seconds during the run (CPU time survives a shared machine's noise better than wall time); the
 medians over the rounds and the ratio paging / checkpoint are printed and written to
-``benchmarks/results/checkpoint.json`` with the load average. ``--profile`` adds a cProfile of
-one more checkpoint bootstrap (client side: the top functions by cumulative time).
+``benchmarks/results/checkpoint.json`` with the load average and the gateway's peak resident
+memory (a checkpoint is streamed a chunk at a time, so it stays flat as N grows). ``--profile``
+adds a cProfile of one more checkpoint bootstrap (client side: the top functions by cumulative
+time).
 
 Targets (issue 16): 100k rows from a checkpoint in ≤ 3 s, at least 3x faster than paging.
 """
@@ -158,6 +160,14 @@ def _line(what: str, r: dict[str, float]) -> str:
     )
 
 
+def peak_rss_mb(pid: int) -> float:
+    """The process's peak resident memory so far (``VmHWM``), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def median(rounds: list[dict[str, float]], key: str) -> float:
     return round(statistics.median(r[key] for r in rounds), 3)
 
@@ -229,6 +239,7 @@ def main() -> None:
                     f"round {n + 1}: {_line('checkpoint', ckpt)} | {_line('paging', paged)}"
                     f" | ratio {ratio}"
                 )
+            gateway_peak_mb = peak_rss_mb(pid)
             if args.profile:
                 profile = profile_bootstrap(gateway.url, tmp / "profile.db", rows, pid)
     load = Path("/proc/loadavg").read_text().split()[:3]
@@ -245,6 +256,10 @@ def main() -> None:
         "ratio_range": [min(r["ratio"] for r in rounds), max(r["ratio"] for r in rounds)],
     }
     print(f"rows {rows}, {args.rounds} rounds, load average {' '.join(load)}")
+    print(
+        f"checkpoint: {generated.chunks} chunks, {generated.bytes} bytes, generated in "
+        f"{generated.seconds:.1f} s; gateway peak RSS {gateway_peak_mb} MB"
+    )
     for side in ("checkpoint", "paging"):
         middle = {k: summary[f"{side}_{k}"] for k in ("wall_s", "client_cpu_s", "gateway_cpu_s")}
         print(_line(f"{side:<10} median", middle))
@@ -267,6 +282,7 @@ def main() -> None:
                 "seconds": round(generated.seconds, 2),
             },
         },
+        "gateway_peak_rss_mb": gateway_peak_mb,
         "loadavg": load,
         "cpus": os.cpu_count(),
         "targets": {"checkpoint_100k_s": 3.0, "ratio_at_least": 3.0},
