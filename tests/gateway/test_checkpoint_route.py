@@ -75,6 +75,9 @@ def test_no_checkpoint_is_a_404_and_a_bad_format_a_400(gateway: Gateway, gw: str
         f"/v1/sync/{gw}/checkpoint", params={"clientId": "c2"}, headers=gateway.auth("c1", gw)
     )
     assert_error(other, 403, "FORBIDDEN")
+    # the unversioned path (the TS client's apiVersion "") redirects like every other
+    moved = gateway.client.get(f"/sync/{gw}/checkpoint", follow_redirects=False)
+    assert moved.status_code == 301 and moved.headers["location"] == f"/v1/sync/{gw}/checkpoint"
 
 
 def test_both_encodings_carry_what_a_pull_from_zero_does(
