@@ -8,6 +8,7 @@ from collections import defaultdict
 
 from lakesync_platform.core.checkpoint import (
     CURRENT_MANIFEST,
+    STAMPED_FORMAT,
     CheckpointStore,
     ChunkInfo,
     Manifest,
@@ -43,6 +44,7 @@ def write_checkpoint(
                 store.write(gw, name, done[0])
                 chunks.append(ChunkInfo(name, table, done[1], len(done[0])))
     manifest = Manifest(
+        format=STAMPED_FORMAT,
         snapshot_hlc=str(cursor),
         generated_at="2026-01-01T00:00:00.000+00:00",
         chunk_count=len(chunks),

@@ -40,6 +40,7 @@ __all__ = [
     "CHECKPOINT_MEDIA_TYPE",
     "CHECKPOINT_TAG_PREFIX",
     "CURRENT_MANIFEST",
+    "REFERENCE_FORMAT",
     "STAMPED_FORMAT",
     "CheckpointStore",
     "ChunkInfo",
@@ -63,7 +64,9 @@ CURRENT_MANIFEST: Final = "manifest.json"
 CHECKPOINT_TAG_PREFIX: Final = "lakesync-checkpoint-"
 """Iceberg tags ``lakesync-checkpoint-<C>`` pin the snapshots a checkpoint was read from."""
 STAMPED_FORMAT: Final = "lakesync.platform.v1.StampedSyncResponse"
-"""The message type of our chunks (a superset of ``lakesync.v1.SyncResponse``)."""
+"""The message type of our chunks (:mod:`.stamped`)."""
+REFERENCE_FORMAT: Final = "lakesync.v1.SyncResponse"
+"""The message type of the reference's chunks: a manifest without ``format`` names it."""
 
 _CHUNK = re.compile(r"^chunk-(\d+)-\d+\.bin$")
 _ARCHIVED = re.compile(r"^manifest-(\d+)\.json$")
@@ -124,7 +127,8 @@ class Manifest(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     The reference's fields: ``snapshot_hlc`` (the cursor ``C`` as decimal text — the pull
     cursor a client resumes from), ``generated_at`` (ISO 8601), ``chunk_count``,
     ``total_deltas`` (live rows) and ``chunks`` (names, in serving order). Ours: ``format``
-    (the chunks' message type), ``chunk_info`` (one per chunk, same order), ``tables`` (the
+    (the chunks' message type; absent in the reference's manifests, which hold
+    :data:`REFERENCE_FORMAT` chunks), ``chunk_info`` (one per chunk, same order), ``tables`` (the
     state snapshots read, tagged ``tag``) and ``seconds`` (how long generation took).
     """
 
@@ -133,7 +137,7 @@ class Manifest(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     chunk_count: int
     total_deltas: int
     chunks: list[str]
-    format: str = STAMPED_FORMAT
+    format: str = REFERENCE_FORMAT
     chunk_info: list[ChunkInfo] = msgspec.field(default_factory=list)
     tables: list[TableSnapshot] = msgspec.field(default_factory=list)
     tag: str = ""
@@ -161,8 +165,12 @@ def decode_manifest(data: bytes) -> Manifest:
         raise ValidationError(
             f"malformed checkpoint manifest: snapshotHlc {manifest.snapshot_hlc!r}"
         )
-    if len(manifest.chunk_info) != len(manifest.chunks) or any(
-        info.name != name for info, name in zip(manifest.chunk_info, manifest.chunks, strict=False)
+    if manifest.format == STAMPED_FORMAT and (
+        len(manifest.chunk_info) != len(manifest.chunks)
+        or any(
+            info.name != name
+            for info, name in zip(manifest.chunk_info, manifest.chunks, strict=False)
+        )
     ):
         raise ValidationError("malformed checkpoint manifest: chunkInfo does not match chunks")
     return manifest

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from ..adapters.checkpoints import TMP_MARK, open_checkpoint_store
 from ..core.checkpoint import (
     CURRENT_MANIFEST,
+    STAMPED_FORMAT,
     CheckpointStore,
     ChunkInfo,
     Manifest,
@@ -135,9 +136,9 @@ def run_checkpoint(
     schemas = ctx.tables(gw)
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("checkpoint", gw):
+        manifest = current_manifest(store, gw)  # another run may have written one meanwhile
         plan = plan_checkpoint(spark, gw, schemas)
-        manifest = current
-        written = plan.cursor > 0 and (current is None or current.cursor != plan.cursor)
+        written = plan.cursor > (0 if manifest is None else manifest.cursor)
         if written:
             manifest = _write(ctx, store, plan, now_ms(), started, clock)
         removed = _remove(ctx, store, gw, now_ms())
@@ -201,6 +202,7 @@ def _write(
         if table_plan.snapshot_id is not None:
             tables.append(TableSnapshot(table_plan.table, table_plan.snapshot_id, rows))
     manifest = Manifest(
+        format=STAMPED_FORMAT,
         snapshot_hlc=str(cursor),
         generated_at=_iso(now),
         chunk_count=len(chunks),

@@ -162,7 +162,8 @@ def checkpoint_frames(
 
     ``cursor`` is the ``server_hlc`` of re-encoded frames (the client's pull cursor at the
     checkpoint); ``stamped`` picks the encoding. ``record`` saves what the client holds of rows
-    of filtered tables (``None``: sync rules filter nothing the caller may see). A chunk that
+    of filtered tables (``None``: no client to record for; it is called only for rows of
+    tables the rules filter). A chunk that
     is missing, changed or undecodable ends the stream with :class:`AdapterError` — never a
     silent gap (the client would take the checkpoint for whole).
     """

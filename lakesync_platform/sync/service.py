@@ -8,11 +8,17 @@ It holds no state of its own but a short-lived cache of each gateway's configura
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..core.checkpoint import CURRENT_MANIFEST, CheckpointStore, decode_manifest
+from ..core.checkpoint import (
+    CURRENT_MANIFEST,
+    STAMPED_FORMAT,
+    CheckpointStore,
+    decode_manifest,
+)
 from ..core.delta import DELETE, RowDelta
 from ..core.errors import AdapterError, ValidationError
 from ..core.merge import RowState
@@ -306,19 +312,18 @@ class SyncService:
             manifest = decode_manifest(data)
         except ValidationError as exc:
             raise AdapterError(f"the checkpoint of {gw} is unreadable: {exc.message}") from exc
+        if manifest.format != STAMPED_FORMAT:  # refused before the response starts
+            raise AdapterError(f"the checkpoint of {gw} has chunks of format {manifest.format!r}")
         claims = claims or {}
         cfg = self.config(gw)
         if cfg.has_filters and client_id is None:
             raise ValidationError("clientId is required: sync rules filter this gateway's rows")
-        if not stamped and client_id is not None and self.wal.has_pulled(gw, client_id):
-            return ServedCheckpoint(0, iter(()))
-        record = None
-        if cfg.has_filters and client_id is not None:
-            who = client_id
-
-            def record(records: Mapping[str, RowRecord]) -> None:
-                self.wal.save_client_records(gw, who, records)
-
+        if client_id is None:
+            record = None  # no filtering rules: nothing to record
+        else:
+            if not stamped and self.wal.has_pulled(gw, client_id):
+                return ServedCheckpoint(0, iter(()))
+            record = functools.partial(self.wal.save_client_records, gw, client_id)
         view = ClientView(cfg.rules, claims)
         cursor = compose_cursor(cfg.view_tag(claims), manifest.cursor)
         frames = checkpoint_frames(

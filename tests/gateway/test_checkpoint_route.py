@@ -64,7 +64,9 @@ def _write(g: Gateway, gw: str, root: Path, **kw: Any) -> Manifest:
     return write_checkpoint(g.state.wal, gw, LocalCheckpointStore(root), **kw)
 
 
-def test_no_checkpoint_is_a_404_and_a_bad_format_a_400(gateway: Gateway, gw: str) -> None:
+def test_no_checkpoint_is_a_404_and_a_bad_format_a_400(
+    gateway: Gateway, gw: str, ckpt_root: Path
+) -> None:
     resp, _ = _get(gateway, gw, "c1", stamped=True)
     assert_error(resp, 404, "NOT_FOUND", "No checkpoint available")
     bad = gateway.client.get(
@@ -75,6 +77,13 @@ def test_no_checkpoint_is_a_404_and_a_bad_format_a_400(gateway: Gateway, gw: str
         f"/v1/sync/{gw}/checkpoint", params={"clientId": "c2"}, headers=gateway.auth("c1", gw)
     )
     assert_error(other, 403, "FORBIDDEN")
+    # a manifest the gateway cannot serve is refused before the stream starts
+    (ckpt_root / gw).mkdir(parents=True)
+    (ckpt_root / gw / "manifest.json").write_text(
+        '{"snapshotHlc":"7","generatedAt":"x","chunkCount":0,"totalDeltas":0,"chunks":[]}'
+    )
+    resp, _ = _get(gateway, gw, "c1", stamped=True)
+    assert_error(resp, 503, "ADAPTER_ERROR")
     # the unversioned path (the TS client's apiVersion "") redirects like every other
     moved = gateway.client.get(f"/sync/{gw}/checkpoint", follow_redirects=False)
     assert moved.status_code == 301 and moved.headers["location"] == f"/v1/sync/{gw}/checkpoint"
