@@ -12,6 +12,7 @@ __all__ = [
     "GATEWAY_TAG",
     "active_run_count",
     "checkpoint_job_name",
+    "lifecycle_job_name",
     "sync_job_name",
 ]
 
@@ -36,6 +37,12 @@ def sync_job_name(gw: str) -> str:
 def checkpoint_job_name(gw: str) -> str:
     """Name of the job that writes gateway ``gw``'s initial-sync checkpoint."""
     return f"checkpoint_{gw.replace('-', '_')}"
+
+
+def lifecycle_job_name(gw: str) -> str:
+    """Name of the job that trims gateway ``gw``'s hot WAL and moves its destinations' old rows
+    to their cold tiers."""
+    return f"lifecycle_{gw.replace('-', '_')}"
 
 
 def active_run_count(instance: dg.DagsterInstance, job_name: str) -> int:

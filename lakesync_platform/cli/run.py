@@ -139,7 +139,10 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 @click.command()
 @click.argument(
-    "stage", type=click.Choice(["flush", "state", "materialise", "connector", "checkpoint"])
+    "stage",
+    type=click.Choice(
+        ["flush", "state", "materialise", "connector", "trim", "lifecycle", "checkpoint"]
+    ),
 )
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
@@ -166,9 +169,13 @@ def run(
     same lake is waited for (LAKESYNC_LOCK_TIMEOUT_SECONDS, default 900).
 
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
-    may be left out when only one gateway has a connector of that name). ``lakesync run
-    checkpoint [--gw GW]`` writes an initial-sync checkpoint of the lake's state (when it moved
-    since the last one) and removes superseded ones.
+    may be left out when only one gateway has a connector of that name).
+
+    ``trim`` trims the hot WAL of what the lake holds (LAKESYNC_WAL_RETENTION_SECONDS,
+    LAKESYNC_WAL_RETENTION_ENTRIES, LAKESYNC_DEDUP_RETENTION_SECONDS); ``lifecycle`` trims and
+    then moves old rows of destinations with a lifecycle block to their cold tier.
+    ``checkpoint`` writes an initial-sync checkpoint of the lake's state (when it moved since
+    the last one) and removes superseded ones.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -263,6 +270,12 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
         return [run_checkpoint(ctx, gw)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
+    if stage in ("trim", "lifecycle"):
+        from ..pipeline.lifecycle import run_trim
+        from ..pipeline.tiering import run_tiering
+
+        trimmed: list[StageResult] = [run_trim(ctx, gw)]
+        return trimmed + list(run_tiering(ctx, gw)) if stage == "lifecycle" else trimmed
     if stage == "state":
         return list(run_state(ctx, gw))
     done = run_materialise(ctx, gw)

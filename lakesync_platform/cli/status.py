@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,9 @@ from ..settings import (
 )
 from .checks import NotReady, embedded_wal_file, require_data_dir
 from .options import data_dir_option
+
+if TYPE_CHECKING:
+    from ..wal.store import WriteAheadLog
 
 __all__ = ["status"]
 
@@ -61,9 +65,23 @@ def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
                 f"rows={s.row_count} live={s.live_rows}"
             )
         if ids:
+            _hot_wal(wal, ids)
             _checkpoints(data_dir, ids, int(time.time() * 1000))
     finally:
         wal.close()
+
+
+def _hot_wal(wal: WriteAheadLog, ids: list[str]) -> None:
+    """The hot WAL's section: its size on disk, and per gateway its floor (entries at or
+    below it were trimmed: the lake holds them) and the entries it still holds."""
+    from ..pipeline.report import number
+
+    used = wal.storage()
+    free = "" if used.free_bytes is None else f" ({number(used.free_bytes)} bytes free)"
+    click.echo(f"hot WAL: {number(used.bytes)} bytes on disk{free}")
+    for gid in ids:
+        s = wal.stats(gid)
+        click.echo(f"  {gid}: floor={s.log_floor} entries={s.log_entries}")
 
 
 def _age(ms: int) -> str:

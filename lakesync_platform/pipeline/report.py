@@ -8,6 +8,8 @@ Dagster's step lines::
     state demo.todos: 1 234 rows changed (1 200 live), log 1..12 345 in 2.0 s
     materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
     connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
+    trim demo: 10 000 entries, 9 800 delta ids; WAL floor 12 000, 2 345 left, 18.2 MB in 0.4 s
+    tier demo hot → archive.todos: 120 rows moved (0 kept hot, 0 released) in 0.2 s
     checkpoint demo: 1 200 rows at cursor 12 345, 1 chunk, 98 kB in 1.1 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
@@ -27,10 +29,20 @@ from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
 from ..spark.state import StateResult
 from .checkpoint import CheckpointResult
+from .lifecycle import TrimResult
+from .tiering import TierResult
 
 __all__ = ["StageResult", "describe", "json_document", "number"]
 
-StageResult = FlushResult | StateResult | MaterialiseResult | RunReport | CheckpointResult
+StageResult = (
+    FlushResult
+    | StateResult
+    | MaterialiseResult
+    | RunReport
+    | TrimResult
+    | TierResult
+    | CheckpointResult
+)
 """One result of a pipeline stage (a connector's poll included)."""
 
 
@@ -58,6 +70,18 @@ def describe(result: StageResult) -> str:
         ops = ", ".join(f"{number(n)} {op}" for op, n in sorted(result.deltas.items()))
         head = f"connector {result.gateway}/{result.connector}"
         return f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
+    if isinstance(result, TrimResult):
+        return (
+            f"trim {result.gateway_id}: {number(result.entries_trimmed)} entries, "
+            f"{number(result.ids_trimmed)} delta ids; WAL floor {number(result.log_floor)}, "
+            f"{number(result.log_entries)} left, {_size(result.wal_bytes)} {took}"
+        )
+    if isinstance(result, TierResult):
+        return (
+            f"tier {result.gateway_id} {result.destination} → {result.cold}.{result.table}: "
+            f"{number(result.moved)} rows moved ({number(result.kept)} kept hot, "
+            f"{number(result.released)} released) {took}"
+        )
     if isinstance(result, CheckpointResult):
         return _describe_checkpoint(result, took)
     if isinstance(result, FlushResult):
@@ -114,6 +138,8 @@ def json_document(
         StateResult: "state",
         MaterialiseResult: "materialise",
         RunReport: "connector",
+        TrimResult: "trim",
+        TierResult: "tier",
         CheckpointResult: "checkpoint",
     }
     doc: dict[str, Any] = {
