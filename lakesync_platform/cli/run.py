@@ -138,7 +138,9 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument(
+    "stage", type=click.Choice(["flush", "state", "materialise", "connector", "compact"])
+)
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
@@ -165,6 +167,10 @@ def run(
 
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
     may be left out when only one gateway has a connector of that name).
+
+    ``lakesync run compact [--gw GW]`` looks after the lake: compaction, then snapshot expiry
+    and orphan removal, table by table (LAKESYNC_SNAPSHOT_RETENTION_SECONDS and the other
+    upkeep settings).
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -210,7 +216,7 @@ def run(
                 ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in gateways:
             with progress.step(f"{stage} {g}"):
-                done = _run_stage(ctx, stage, g)
+                done = _run_stage(ctx, stage, g, progress)
             results += done
             if not as_json:
                 for result in done:
@@ -248,12 +254,17 @@ def _run_connector(
     return report
 
 
-def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
+def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -> list[StageResult]:
     """Run ``stage`` of ``gw``; its results."""
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
+    if stage == "compact":
+        from ..pipeline.upkeep import run_compaction, run_expiry
+
+        compacted = run_compaction(ctx, gw, step=progress.step)
+        return [*compacted, *run_expiry(ctx, gw, step=progress.step)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
     if stage == "state":

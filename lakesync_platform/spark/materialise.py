@@ -18,6 +18,7 @@ from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
+from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -32,7 +33,8 @@ TxT = TypeVar("TxT")
 
 @dataclass(frozen=True, slots=True)
 class MaterialiseResult:
-    """What one materialise run wrote into one destination table."""
+    """What one materialise run wrote into one destination table, and from which snapshot of
+    the state table."""
 
     gateway_id: str
     table: str
@@ -42,6 +44,8 @@ class MaterialiseResult:
     upserted: int
     deleted: int
     seconds: float
+    state_snapshot_id: int | None = None
+    """The state table's snapshot the rows were read from (``None``: it had none)."""
 
 
 def watermark_key(gw: str, schema: TableSchema, dest_table: str) -> str:
@@ -74,8 +78,9 @@ def _collect_arrow(df: DataFrame) -> pa.Table:
 
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
-) -> pa.Table:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied).
+) -> tuple[pa.Table, int | None]:
+    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied),
+    and the snapshot read.
 
     ``ensure`` creates or evolves the state table; it runs only when the table is missing or
     lacks a column of ``schema``."""
@@ -92,12 +97,15 @@ def _read_arrow(
     if not {*names, LIVE_COL, CURSOR_COL} <= present:
         ensure()
         table = catalog.load_table((gw, log_table(schema)))
+    snapshot_id = table.metadata.current_snapshot_id
     scan = table.scan(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
+        snapshot_id=snapshot_id,
     )
     rows = scan.to_arrow()
-    return rows.select([*names, LIVE_COL, CURSOR_COL]).rename_columns([*names, "live", "cursor"])
+    renamed = rows.select([*names, LIVE_COL, CURSOR_COL])
+    return renamed.rename_columns([*names, "live", "cursor"]), snapshot_id
 
 
 def materialise_table(
@@ -125,12 +133,17 @@ def materialise_table(
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
     if catalog is not None:
-        changed = _read_arrow(
+        changed, snapshot_id = _read_arrow(
             catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
         )
     else:
-        state = spark.table(ensure_state_table(spark, gw, schema))
-        changed = _collect_arrow(changed_rows(state, schema, mark))
+        name = ensure_state_table(spark, gw, schema)
+        current = current_snapshot(spark, name)
+        snapshot_id = None if current is None else current.snapshot_id
+        reader = spark.read
+        if snapshot_id is not None:
+            reader = reader.option("snapshot-id", str(snapshot_id))
+        changed = _collect_arrow(changed_rows(reader.table(name), schema, mark))
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     top = mark
@@ -155,5 +168,5 @@ def materialise_table(
                     deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
             destination.set_watermark(conn, key, top, expected=mark)
     return MaterialiseResult(
-        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
+        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started, snapshot_id
     )
