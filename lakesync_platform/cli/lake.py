@@ -25,9 +25,7 @@ from .options import data_dir_option
 from .run import _log_libraries_to, _Progress
 
 if TYPE_CHECKING:
-    from ..pipeline.timetravel import LakeReader
-    from ..spark.history import TableHistory
-    from ..spark.timetravel import Pins, QueryResult
+    from ..pipeline.timetravel import LakeReader, Pins, QueryResult, TableHistory
 
 __all__ = ["history", "lake_status_lines", "query"]
 
@@ -68,8 +66,7 @@ def query(
 ) -> None:
     """Run a Spark SQL query over a gateway's lake tables, now or as they were (--as-of a
     moment, or --snapshot a commit). Tables are named unqualified: todos, lakesync_deltas."""
-    from ..pipeline.timetravel import QueryRequest
-    from ..spark.timetravel import parse_as_of
+    from ..pipeline.timetravel import QueryRequest, parse_as_of
 
     reader, run_log = _reader(data_dir)
     progress = _Progress(quiet=as_json)
@@ -132,7 +129,7 @@ def _drop_handler(handler: Any) -> None:
 
 
 def _pin_lines(pins: Pins) -> list[str]:
-    from ..spark.timetravel import format_ms
+    from ..pipeline.timetravel import format_ms
 
     lines = []
     for pin in pins.pinned:
@@ -166,7 +163,7 @@ def _query_text(result: QueryResult) -> str:
 
 
 def _query_json(gw: str, result: QueryResult) -> str:
-    from ..spark.timetravel import format_ms
+    from ..pipeline.timetravel import format_ms
 
     doc = {
         "gateway": gw,
@@ -186,7 +183,7 @@ def _query_json(gw: str, result: QueryResult) -> str:
 
 
 def _history_lines(found: TableHistory) -> list[str]:
-    from ..spark.timetravel import format_ms
+    from ..pipeline.timetravel import format_ms
 
     pinned = found.pinned()
     lines = []
@@ -204,7 +201,7 @@ def _history_lines(found: TableHistory) -> list[str]:
 
 
 def _history_doc(gw: str, table: str, found: TableHistory) -> dict[str, Any]:
-    from ..spark.timetravel import format_ms
+    from ..pipeline.timetravel import format_ms
 
     pinned = found.pinned()
     return {
@@ -236,7 +233,6 @@ def lake_status_lines(
     from ..pipeline.context import PipelineContext
     from ..pipeline.timetravel import LakeReader
     from ..settings import PipelineSettings
-    from ..spark.upkeep import UPKEEP_PROP, files_in
 
     logging.getLogger("pyiceberg").addHandler(logging.NullHandler())  # its notices: not here
     reader = LakeReader(PipelineContext(PipelineSettings.from_env(env, data_dir=str(data_dir))))
@@ -253,14 +249,13 @@ def lake_status_lines(
         if gw not in known:
             lines.append(f"{gw} lake: nothing flushed yet")
             continue
-        for table, found in reader.histories(gw).items():
-            files = files_in(found)
-            upkept = [s.timestamp_ms for s in found.snapshots if UPKEEP_PROP in s.summary]
-            when = f"compacted {_ago(now_ms - max(upkept))} ago" if upkept else "never compacted"
+        for summary in reader.summaries(gw):
+            files, last = summary.files, summary.last_upkeep_ms
+            when = "never compacted" if last is None else f"compacted {_ago(now_ms - last)} ago"
             lines.append(
-                f"{gw} lake {table}: {files.data_files} data files, {files.delete_files} "
-                f"delete files, {files.bytes} bytes, {files.records} records, "
-                f"{files.snapshots} snapshots, {when}"
+                f"{gw} lake {summary.table}: {files.data_files} data files, "
+                f"{files.delete_files} delete files, {files.bytes} bytes, {files.records} "
+                f"records, {files.snapshots} snapshots, {when}"
             )
     return lines
 

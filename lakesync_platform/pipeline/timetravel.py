@@ -23,13 +23,33 @@ from ..core.errors import NotFoundError
 from ..spark.history import TableHistory, history_from_pyiceberg, history_from_spark
 from ..spark.layout import namespace, q
 from ..spark.session import CATALOG, pyiceberg_catalog
-from ..spark.timetravel import Pins, QueryResult, pin_tables, run_query
+from ..spark.timetravel import Pins, QueryResult, format_ms, parse_as_of, pin_tables, run_query
+from ..spark.upkeep import UPKEEP_PROP, TableFiles, files_in
 from .context import PipelineContext, spark_settings
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
 
-__all__ = ["LakeReader", "QueryRequest"]
+__all__ = [
+    "LakeReader",
+    "Pins",
+    "QueryRequest",
+    "QueryResult",
+    "TableHistory",
+    "TableSummary",
+    "format_ms",
+    "parse_as_of",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class TableSummary:
+    """What ``lakesync status`` says of a lake table: its current files and snapshots, and
+    when upkeep last committed to it (``None``: never)."""
+
+    table: str
+    files: TableFiles
+    last_upkeep_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +146,11 @@ class LakeReader:
         return run_query(
             self.ctx.spark, namespace(gw), request.sql, chosen, max_rows=request.max_rows
         )
+
+    def summaries(self, gw: str) -> list[TableSummary]:
+        """Each of ``gw``'s tables: files, snapshots and its last upkeep commit."""
+        out = []
+        for table, found in self.histories(gw).items():
+            upkept = [s.timestamp_ms for s in found.snapshots if UPKEEP_PROP in s.summary]
+            out.append(TableSummary(table, files_in(found), max(upkept) if upkept else None))
+        return out
