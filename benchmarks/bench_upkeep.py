@@ -15,10 +15,13 @@ position-delete file per ``MERGE``). Then:
 * **after** — the same reads; speed-up = before / after (median rounds, measured side by side
   in one run, so a machine's load shifts both).
 
-Then the reads of ``lakesync history`` and ``lakesync query`` (``--reads`` rounds, medians): a
-table's history through pyiceberg (no JVM) against the same through the Spark session (one
-``TableMetadataParser.toJson`` call) and through Spark SQL's ``snapshots`` metadata table; and a
-small read (the compacted state table into Arrow) through pyiceberg against Spark.
+Before compaction, the reads of ``lakesync history`` and ``lakesync query`` (``--reads`` rounds,
+medians): the state table's history (``--flushes`` snapshots) through pyiceberg (no JVM) against
+the same through the Spark session (one ``TableMetadataParser.toJson`` call) and through Spark
+SQL's ``snapshots`` metadata table; and a small read (the state table into Arrow) through
+pyiceberg against Spark. At the end, ``lakesync history`` and ``lakesync query`` as an operator
+runs them, each in a fresh process (``--reads`` runs, medians): the first reads with pyiceberg
+only, the second starts Spark.
 
 Each section records wall seconds, the CPU seconds this process and its JVM used (``own_cpu_s``)
 and those the rest of the machine used meanwhile (``other_cpu_s``, /proc/stat; 2 cores).
@@ -33,6 +36,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -48,6 +52,7 @@ from benchmarks.harness.cpu import host_cpu, process_cpu
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from lakesync_platform.pipeline.context import PipelineContext, spark_settings
 from lakesync_platform.pipeline.flush import run_flush
+from lakesync_platform.pipeline.report import describe
 from lakesync_platform.pipeline.state import run_state
 from lakesync_platform.pipeline.upkeep import run_compaction, run_expiry
 from lakesync_platform.settings import PipelineSettings, UpkeepSettings
@@ -141,6 +146,30 @@ def build_lake(
     return time.perf_counter() - started
 
 
+def cli_timings(work: Path, gw: str, n: int, wal_path: Path) -> dict[str, Any]:
+    """Wall seconds of ``lakesync history`` and ``lakesync query`` in fresh processes (what an
+    operator waits for), ``n`` runs each, medians."""
+    exe = Path(sys.executable).with_name("lakesync")
+    data = ["--gw", gw, "--data-dir", str(work / "lake")]
+    env = {
+        **os.environ,
+        "LAKESYNC_JAR_DIR": str(Path(__file__).resolve().parents[1] / "data" / "jars"),
+    }
+    commands = {
+        "history": [str(exe), "history", "todos", *data],
+        "query": [str(exe), "query", "SELECT count(*) FROM todos WHERE `_ls$live`", *data],
+    }
+    out: dict[str, Any] = {}
+    for name, command in commands.items():
+        runs = []
+        for _ in range(n):
+            started = time.perf_counter()
+            subprocess.run(command, env=env, check=True, capture_output=True)
+            runs.append(round(time.perf_counter() - started, 3))
+        out[name] = {"median_s": statistics.median(runs), "runs": runs}
+    return out
+
+
 def main() -> None:
     """Run the benchmark and write ``benchmarks/results/upkeep.json``."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -177,35 +206,7 @@ def main() -> None:
         report["before"] = {"files": lake_files(spark, gw)}
         log("reads before compaction …")
         report["before"]["reads"] = state_reads(spark, meter, gw, args.reads)
-        log("compaction …")
-        compaction: dict[str, Any] = {}
-        with meter.section(compaction):
-            compacted = run_compaction(ctx, gw)
-        compaction["tables"] = {
-            r.table: {"rewritten": r.rewritten_data_files, "added": r.added_data_files}
-            for r in compacted
-        }
-        log("expiry …")
-        expiry: dict[str, Any] = {}
-        with meter.section(expiry):
-            expired = run_expiry(ctx, gw)
-        expiry["tables"] = {
-            r.table: {"expired": r.snapshots_expired, "files_deleted": r.files_deleted}
-            for r in expired
-        }
-        report["compaction"], report["expiry"] = compaction, expiry
-        report["after"] = {"files": lake_files(spark, gw)}
-        log("reads after compaction …")
-        report["after"]["reads"] = state_reads(spark, meter, gw, args.reads)
-        report["speedup"] = {
-            read: round(
-                report["before"]["reads"][read]["median_s"]
-                / report["after"]["reads"][read]["median_s"],
-                2,
-            )
-            for read in ("scan", "point")
-        }
-        log("history and small reads: pyiceberg against Spark …")
+        log("history and small reads before compaction: pyiceberg against Spark …")
         catalog = pyiceberg_catalog(spark_settings(ctx.settings))
         state = state_table(gw, "todos")
         report["metadata_reads"] = {
@@ -225,6 +226,37 @@ def main() -> None:
                 meter, args.reads, lambda: spark.table(state)._collect_as_arrow()
             ),
         }
+        log("compaction …")
+        compaction: dict[str, Any] = {}
+        with meter.section(compaction):
+            compacted = run_compaction(ctx, gw)
+        compaction["tables"] = {
+            r.table: {"rewritten": r.rewritten_data_files, "added": r.added_data_files}
+            for r in compacted
+        }
+        log("expiry …")
+        expiry: dict[str, Any] = {}
+        with meter.section(expiry):
+            expired = run_expiry(ctx, gw)
+        expiry["tables"] = {
+            r.table: {"expired": r.snapshots_expired, "files_deleted": r.files_deleted}
+            for r in expired
+        }
+        report["compaction"], report["expiry"] = compaction, expiry
+        report["lines"] = [describe(r) for r in [*compacted, *expired]]
+        report["after"] = {"files": lake_files(spark, gw)}
+        log("reads after compaction …")
+        report["after"]["reads"] = state_reads(spark, meter, gw, args.reads)
+        report["speedup"] = {
+            read: round(
+                report["before"]["reads"][read]["median_s"]
+                / report["after"]["reads"][read]["median_s"],
+                2,
+            )
+            for read in ("scan", "point")
+        }
+        log("the CLI in fresh processes: history (pyiceberg) and query (Spark) …")
+        report["cli"] = cli_timings(work, gw, args.reads, wal_path)
         report["machine"]["loadavg_at_end"] = os.getloadavg()
         print_report(report)
         out = write_json(args.out, report)
@@ -292,7 +324,14 @@ def print_report(report: dict[str, Any]) -> None:
             [[k, v["median_s"], v["median_own_cpu_s"]] for k, v in meta.items()],
         )
     )
-    print(f"\nSpark session start: {report['spark_start_s']} s")
+    print()
+    print("\n".join(report["lines"]))
+    cli = report["cli"]
+    print(
+        f"\nlakesync history (fresh process): {cli['history']['median_s']} s; "
+        f"lakesync query (fresh process, Spark starts): {cli['query']['median_s']} s"
+    )
+    print(f"Spark session start: {report['spark_start_s']} s")
     print(
         f"load average: start {report['machine']['loadavg_at_start']}, end "
         f"{report['machine']['loadavg_at_end']}"

@@ -78,9 +78,15 @@ def _collect_arrow(df: DataFrame) -> pa.Table:
 
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
+) -> pa.Table:
+    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied)."""
+    return _read_arrow_at(catalog, gw, schema, after, ensure)[0]
+
+
+def _read_arrow_at(
+    catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
 ) -> tuple[pa.Table, int | None]:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied),
-    and the snapshot read.
+    """:func:`_read_arrow`, and the snapshot it read.
 
     ``ensure`` creates or evolves the state table; it runs only when the table is missing or
     lacks a column of ``schema``."""
@@ -97,11 +103,13 @@ def _read_arrow(
     if not {*names, LIVE_COL, CURSOR_COL} <= present:
         ensure()
         table = catalog.load_table((gw, log_table(schema)))
+    # The scan reads the current snapshot of the metadata loaded above, with the table's
+    # current schema (naming the snapshot would read it with the schema it was written with,
+    # without columns added since).
     snapshot_id = table.metadata.current_snapshot_id
     scan = table.scan(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
-        snapshot_id=snapshot_id,
     )
     rows = scan.to_arrow()
     renamed = rows.select([*names, LIVE_COL, CURSOR_COL])
@@ -133,7 +141,7 @@ def materialise_table(
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
     if catalog is not None:
-        changed, snapshot_id = _read_arrow(
+        changed, snapshot_id = _read_arrow_at(
             catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
         )
     else:
