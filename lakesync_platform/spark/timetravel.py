@@ -215,8 +215,8 @@ def run_query(
 
 def _query_error(exc: Exception, pins: Pins) -> Exception:
     """A missing pinned table named as such; anything else as Spark said it, on one line."""
-    params: Any = getattr(exc, "getMessageParameters", lambda: None)()
-    if isinstance(params, dict) and "relationName" in params:
+    params: Any = getattr(exc, "getMessageParameters", lambda: None)()  # a py4j JavaMap
+    if isinstance(params, Mapping) and "relationName" in params:
         name = str(params["relationName"]).strip("`")
         if name in pins.missing:
             return NotFoundError(pins.missing[name])

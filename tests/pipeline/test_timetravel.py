@@ -139,6 +139,13 @@ def test_query_reads_a_past_state_back_exactly(
     # Bad SQL: Spark's own word for it, on one line, exit status 1; nothing but a query runs.
     _one_line_error(_invoke(["query", "SELECT nope FROM todos", *where]), 1, "UNRESOLVED_COLUMN")
     _one_line_error(_invoke(["query", "DROP TABLE todos", *where]), 1, "not a query")
+    # Just before the first state run the state table had no snapshot: named as such.
+    before_state = str(snaps[0]["committed_ms"] - 1)
+    _one_line_error(
+        _invoke(["query", sql, *where, "--as-of", before_state]),
+        1,
+        "table 'todos' has no snapshot at",
+    )
     assert spark.table(f"lakesync.{gw}.todos").count() == 3
 
     status = _invoke(["status", "--data-dir", str(lake_dir), "--wal-url", wal_url, "--gw", gw])
