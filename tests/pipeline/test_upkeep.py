@@ -158,6 +158,8 @@ def test_flush_compact_expire_flush_state_materialise_keeps_every_entry_once(
     assert small.metadata["worst_table"] == "lakesync_deltas"
 
     defs = build_definitions(env)
+    schedule = defs.resolve_schedule_def(f"{upkeep_job_name(gw)}_schedule")
+    assert (schedule.job_name, schedule.cron_schedule) == (upkeep_job_name(gw), "0 3 * * *")
     job = defs.resolve_job_def(upkeep_job_name(gw))
     with dg.DagsterInstance.ephemeral() as instance:
         upkeep = job.execute_in_process(instance=instance)
