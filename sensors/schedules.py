@@ -1,8 +1,9 @@
-"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work) and lake upkeep."""
+"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work), lifecycle and lake
+upkeep."""
 
 import dagster as dg
 
-__all__ = ["build_sync_schedule", "build_upkeep_schedule"]
+__all__ = ["build_lifecycle_schedule", "build_sync_schedule", "build_upkeep_schedule"]
 
 
 def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
@@ -13,6 +14,18 @@ def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.Schedul
         cron_schedule=cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Periodic flush + state + materialise (catches small, old backlogs).",
+    )
+
+
+def build_lifecycle_schedule(job_name: str, cron: str = "17 * * * *") -> dg.ScheduleDefinition:
+    """Run the lifecycle job ``job_name`` on ``cron`` (default hourly, off the quarter hours of
+    the sync schedule)."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Trim the hot WAL of what the lake holds; move old destination rows to cold.",
     )
 
 

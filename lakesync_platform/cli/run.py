@@ -139,7 +139,10 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 @click.command()
 @click.argument(
-    "stage", type=click.Choice(["flush", "state", "materialise", "connector", "compact"])
+    "stage",
+    type=click.Choice(
+        ["flush", "state", "materialise", "connector", "trim", "lifecycle", "compact"]
+    ),
 )
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
@@ -171,6 +174,9 @@ def run(
     ``lakesync run compact [--gw GW]`` looks after the lake: compaction, then snapshot expiry
     and orphan removal, table by table (LAKESYNC_SNAPSHOT_RETENTION_SECONDS and the other
     upkeep settings).
+    ``trim`` trims the hot WAL of what the lake holds (LAKESYNC_WAL_RETENTION_SECONDS,
+    LAKESYNC_WAL_RETENTION_ENTRIES, LAKESYNC_DEDUP_RETENTION_SECONDS); ``lifecycle`` trims and
+    then moves old rows of destinations with a lifecycle block to their cold tier.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -267,6 +273,12 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -
         return [*compacted, *run_expiry(ctx, gw, step=progress.step)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
+    if stage in ("trim", "lifecycle"):
+        from ..pipeline.lifecycle import run_trim
+        from ..pipeline.tiering import run_tiering
+
+        trimmed: list[StageResult] = [run_trim(ctx, gw)]
+        return trimmed + list(run_tiering(ctx, gw)) if stage == "lifecycle" else trimmed
     if stage == "state":
         return list(run_state(ctx, gw))
     done = run_materialise(ctx, gw)

@@ -10,6 +10,8 @@ Dagster's step lines::
     connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
     compact demo.todos: 12 → 1 data files, 3 → 0 delete files, 410 kB → 380 kB in 1.2 s
     expire demo.todos: 5 of 7 snapshots expired (committed before …), 14 files deleted, …
+    trim demo: 10 000 entries, 9 800 delta ids; WAL floor 12 000, 2 345 left, 18.2 MB in 0.4 s
+    tier demo hot → archive.todos: 120 rows moved (0 kept hot, 0 released) in 0.2 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
 {"code", "message"} | null}``, each result being the stage's result record as is.
@@ -28,13 +30,22 @@ from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
 from ..spark.state import StateResult
 from ..spark.upkeep import CompactionResult, ExpiryResult
+from .lifecycle import TrimResult
+from .tiering import TierResult
 
 __all__ = ["StageResult", "describe", "json_document", "number"]
 
 StageResult = (
-    FlushResult | StateResult | MaterialiseResult | RunReport | CompactionResult | ExpiryResult
+    FlushResult
+    | StateResult
+    | MaterialiseResult
+    | RunReport
+    | TrimResult
+    | TierResult
+    | CompactionResult
+    | ExpiryResult
 )
-"""One result of a pipeline stage (a connector's poll and lake upkeep included)."""
+"""One result of a pipeline stage (a connector's poll, lake upkeep and lifecycle included)."""
 
 
 def number(n: int) -> str:
@@ -61,6 +72,18 @@ def describe(result: StageResult) -> str:
         ops = ", ".join(f"{number(n)} {op}" for op, n in sorted(result.deltas.items()))
         head = f"connector {result.gateway}/{result.connector}"
         return f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
+    if isinstance(result, TrimResult):
+        return (
+            f"trim {result.gateway_id}: {number(result.entries_trimmed)} entries, "
+            f"{number(result.ids_trimmed)} delta ids; WAL floor {number(result.log_floor)}, "
+            f"{number(result.log_entries)} left, {_size(result.wal_bytes)} {took}"
+        )
+    if isinstance(result, TierResult):
+        return (
+            f"tier {result.gateway_id} {result.destination} → {result.cold}.{result.table}: "
+            f"{number(result.moved)} rows moved ({number(result.kept)} kept hot, "
+            f"{number(result.released)} released) {took}"
+        )
     if isinstance(result, FlushResult):
         head = f"flush {result.gateway_id}"
         if result.empty:
@@ -128,6 +151,8 @@ def json_document(
         RunReport: "connector",
         CompactionResult: "compaction",
         ExpiryResult: "expiry",
+        TrimResult: "trim",
+        TierResult: "tier",
     }
     doc: dict[str, Any] = {
         "stage": stage,
