@@ -1,7 +1,8 @@
-"""``lakesync status``: WAL counters per gateway id."""
+"""``lakesync status``: WAL counters per gateway id, then the lake's tables."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +57,11 @@ def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
             )
         if ids:
             _hot_wal(wal, ids)
+        if ids:  # the lake's tables (files, snapshots, last compaction): cli/lake.py
+            from .lake import lake_status_lines
+
+            for line in lake_status_lines(data_dir, ids, os.environ, int(time.time() * 1000)):
+                click.echo(line)
     finally:
         wal.close()
 
