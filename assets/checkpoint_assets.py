@@ -18,7 +18,7 @@ from lakesync_platform.pipeline.checkpoint import check_checkpoint, run_checkpoi
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import GATEWAY_TAG, checkpoint_job_name
 
-from .gateway_assets import state_key
+from .gateway_assets import lake_asset_keys
 
 __all__ = ["build_checkpoint_defs", "checkpoint_key"]
 
@@ -35,7 +35,7 @@ def build_checkpoint_defs(gw: str, tables: Mapping[str, TableSchema]) -> dg.Defi
 
     @dg.asset(
         key=key,
-        deps=[state_key(gw, t) for t in tables],
+        deps=lake_asset_keys(gw, tables)[1:],  # the state tables (after the change log)
         group_name=f"{key.path[0]}_checkpoints",
         kinds={"iceberg", "spark"},
         description=(

@@ -1,4 +1,5 @@
-"""``lakesync status``: WAL counters per gateway id, then each gateway's last checkpoint."""
+"""``lakesync status``: WAL counters per gateway id, then the lake's tables and each
+gateway's last checkpoint."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
             )
         if ids:
             _hot_wal(wal, ids)
+        if ids:  # the lake's tables (files, snapshots, last compaction): cli/lake.py
+            from .lake import lake_status_lines
+
+            for line in lake_status_lines(data_dir, ids, os.environ, int(time.time() * 1000)):
+                click.echo(line)
             _checkpoints(data_dir, ids, int(time.time() * 1000))
     finally:
         wal.close()

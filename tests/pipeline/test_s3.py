@@ -36,6 +36,7 @@ from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.pipeline.flush import run_flush
 from lakesync_platform.pipeline.materialise import run_materialise
 from lakesync_platform.pipeline.state import run_state
+from lakesync_platform.pipeline.upkeep import run_expiry
 from lakesync_platform.settings import PipelineSettings
 
 gw = sys.argv[1]
@@ -47,7 +48,16 @@ try:
     run_materialise(ctx, gw)
     checkpoint = run_checkpoint(ctx, gw)
     notes = ctx.spark.table(f"lakesync.{gw}.notes").orderBy("id").collect()
-    print(json.dumps({"notes": [row.asDict() for row in notes], "checkpoint": checkpoint.cursor}))
+    orphans = sum(r.orphans_removed for r in run_expiry(ctx, gw))  # listed through S3FileIO
+    print(
+        json.dumps(
+            {
+                "notes": [row.asDict() for row in notes],
+                "orphans": orphans,
+                "checkpoint": checkpoint.cursor,
+            }
+        )
+    )
 finally:
     ctx.close()
 """
@@ -131,6 +141,16 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
     notes = pa.table({"id": pa.array([1, 2], pa.int64()), "text": ["from", "pyiceberg"]})
     catalog.create_table((gw, "notes"), schema=notes.schema).append(notes)
 
+    store = pafs.S3FileSystem(
+        endpoint_override=s3.endpoint,
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+    )
+    junk = f"{bucket}/warehouse/{gw}/lakesync_deltas/data/left-by-a-crashed-writer.parquet"
+    with store.open_output_stream(junk) as out:  # an orphan upkeep removes (age 0 here)
+        out.write(b"not referenced")
+    env["LAKESYNC_ORPHAN_AGE_SECONDS"] = "0"
     result = subprocess.run(
         [sys.executable, "-c", _PIPELINE, gw],
         env=env,
@@ -143,6 +163,8 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
     assert result.returncode == 0, result.stderr[-4000:]
     spark_read = json.loads(result.stdout.strip().splitlines()[-1])
     assert spark_read["notes"] == [{"id": 1, "text": "from"}, {"id": 2, "text": "pyiceberg"}]
+    assert spark_read["orphans"] == 1
+    assert store.get_file_info(junk).type == pafs.FileType.NotFound
 
     # Spark wrote the log and the state into the bucket; pyiceberg reads the same tables.
     log = catalog.load_table((gw, "lakesync_deltas"))
@@ -157,12 +179,6 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
         rows = conn.execute("SELECT row_id, title, done FROM todos ORDER BY row_id").fetchall()
     assert rows == [("r1", "hello", 1), ("r2", "bye", 1)]
 
-    store = pafs.S3FileSystem(
-        endpoint_override=s3.endpoint,
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-    )
     files = store.get_file_info(pafs.FileSelector(f"{bucket}/warehouse/{gw}", recursive=True))
     parquet = [f.path for f in files if f.path.endswith(".parquet")]
     assert any("/lakesync_deltas/data/" in p for p in parquet)
