@@ -381,7 +381,6 @@ def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_peri
     todos: TableSchema,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    request: pytest.FixtureRequest,
 ) -> None:
     from assets.definitions import build_definitions
     from resources.sync_runs import checkpoint_job_name
@@ -399,8 +398,7 @@ def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_peri
     defs = build_definitions(env)
     job = checkpoint_job_name(gw)
     sensor = defs.resolve_sensor_def(f"{job}_growth")
-    instance = dg.DagsterInstance.ephemeral()
-    request.addfinalizer(instance.dispose)  # its temporary folder goes with it
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster"))
 
     def tick() -> Any:
         with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
