@@ -12,6 +12,7 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
       catalog.db.lock the pipeline's lock on that catalog (and .holder: who holds it)
       warehouse/      the Iceberg warehouse
       jars/           the Spark/Iceberg jars and the lake's local filesystem jar
+      checkpoints/    initial-sync checkpoints, one folder per gateway (warehouse on disk)
       jwt_secret      the gateway's signing secret (created on first start)
       logs/           logs of processes started by ``lakesync dev``, the JVM's (spark.log) and
                       the Python libraries' under ``lakesync run`` (run.log)
@@ -27,6 +28,9 @@ __all__ = [
     "DEFAULT_ACTION_LEASE_S",
     "DEFAULT_ACTION_RETENTION_S",
     "DEFAULT_ACTION_TIMEOUT_S",
+    "DEFAULT_CHECKPOINT_CHUNK_BYTES",
+    "DEFAULT_CHECKPOINT_EVERY_ENTRIES",
+    "DEFAULT_CHECKPOINT_GRACE_S",
     "DEFAULT_DATA_DIR",
     "DEFAULT_DEDUP_RETENTION_S",
     "DEFAULT_DEFS_DIR",
@@ -49,6 +53,10 @@ __all__ = [
     "ENV_BACKLOG_AGE_SECONDS",
     "ENV_BACKLOG_BYTES",
     "ENV_CATALOG_URI",
+    "ENV_CHECKPOINTS",
+    "ENV_CHECKPOINT_CHUNK_BYTES",
+    "ENV_CHECKPOINT_EVERY_ENTRIES",
+    "ENV_CHECKPOINT_GRACE_SECONDS",
     "ENV_COMPACT_MIN_INPUT_FILES",
     "ENV_COMPACT_TARGET_FILE_BYTES",
     "ENV_DATA_DIR",
@@ -75,6 +83,7 @@ __all__ = [
     "PipelineSettings",
     "RetentionSettings",
     "UpkeepSettings",
+    "checkpoint_root",
 ]
 
 # ---------------------------------------------------------------- environment variable names
@@ -117,6 +126,10 @@ ENV_UPKEEP_CRON = "LAKESYNC_UPKEEP_CRON"
 ENV_WAL_RETENTION_SECONDS = "LAKESYNC_WAL_RETENTION_SECONDS"
 ENV_WAL_RETENTION_ENTRIES = "LAKESYNC_WAL_RETENTION_ENTRIES"
 ENV_DEDUP_RETENTION_SECONDS = "LAKESYNC_DEDUP_RETENTION_SECONDS"
+ENV_CHECKPOINTS = "LAKESYNC_CHECKPOINTS"
+ENV_CHECKPOINT_CHUNK_BYTES = "LAKESYNC_CHECKPOINT_CHUNK_BYTES"
+ENV_CHECKPOINT_GRACE_SECONDS = "LAKESYNC_CHECKPOINT_GRACE_SECONDS"
+ENV_CHECKPOINT_EVERY_ENTRIES = "LAKESYNC_CHECKPOINT_EVERY_ENTRIES"
 
 # ---------------------------------------------------------------- defaults
 
@@ -146,6 +159,12 @@ DEFAULT_WAL_RETENTION_S = 86_400.0
 """How long the hot WAL keeps log entries the lake already holds (a day)."""
 DEFAULT_DEDUP_RETENTION_S = 30 * 86_400.0
 """How long accepted delta ids are remembered, by the deltas' HLC (30 days)."""
+DEFAULT_CHECKPOINT_CHUNK_BYTES = 16 << 20
+"""The size a checkpoint chunk is cut at (16 MiB, the reference's)."""
+DEFAULT_CHECKPOINT_GRACE_S = 3600.0
+"""How long a superseded checkpoint stays readable for the clients still streaming it."""
+DEFAULT_CHECKPOINT_EVERY_ENTRIES = 100_000
+"""The checkpoint sensor's threshold: log entries in the lake past the current checkpoint."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +214,11 @@ class DataLayout:
         return self.root / "jars"
 
     @property
+    def checkpoints_dir(self) -> Path:
+        """Initial-sync checkpoints, one folder per gateway (when the lake is on local disk)."""
+        return self.root / "checkpoints"
+
+    @property
     def jwt_secret_file(self) -> Path:
         """The gateway's signing secret, created on its first start."""
         return self.root / "jwt_secret"
@@ -236,6 +260,10 @@ class GatewaySettings:
     before it counts as too far behind and is closed, how often the WAL's last cursor is read
     to see other processes' commits, and the worker threads that run broadcast pulls (apart
     from the requests').
+
+    ``checkpoints`` is where the pipeline writes initial-sync checkpoints (a folder or
+    ``s3://…``, reached with ``object_store``; :func:`checkpoint_root`); ``None``: the gateway
+    serves none.
     """
 
     wal_url: str
@@ -259,6 +287,8 @@ class GatewaySettings:
     ws_send_queue: int = 64
     ws_poll_interval_s: float = 0.025
     ws_feed_threads: int = 8
+    checkpoints: str | None = None
+    object_store: ObjectStoreSettings = field(default_factory=lambda: ObjectStoreSettings())
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:
@@ -357,7 +387,10 @@ class PipelineSettings:
     (:mod:`lakesync_platform.pipeline.lock`). A best-effort destination is tried
     ``best_effort_attempts`` times per table and run, waiting exponentially from
     ``best_effort_wait_s`` seconds between tries. ``upkeep``: compaction, expiry and orphan
-    removal (:class:`UpkeepSettings`).
+    removal (:class:`UpkeepSettings`). Checkpoints go to ``checkpoints``
+    (:attr:`checkpoint_root`), cut into chunks of ``checkpoint_chunk_bytes``; a superseded one
+    stays ``checkpoint_grace_s`` for the clients still reading it; the checkpoint sensor asks
+    for a new one once ``checkpoint_every_entries`` more log entries are in the lake.
     """
 
     data_dir: Path
@@ -375,6 +408,15 @@ class PipelineSettings:
     best_effort_wait_s: float = 0.5
     upkeep: UpkeepSettings = field(default_factory=lambda: UpkeepSettings())
     retention: RetentionSettings = field(default_factory=RetentionSettings)
+    checkpoints: str | None = None
+    checkpoint_chunk_bytes: int = DEFAULT_CHECKPOINT_CHUNK_BYTES
+    checkpoint_grace_s: float = DEFAULT_CHECKPOINT_GRACE_S
+    checkpoint_every_entries: int = DEFAULT_CHECKPOINT_EVERY_ENTRIES
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Where checkpoints are written (:func:`checkpoint_root`)."""
+        return checkpoint_root(self.data_dir, self.warehouse, self.checkpoints)
 
     @property
     def layout(self) -> DataLayout:
@@ -410,6 +452,9 @@ class PipelineSettings:
         defs = Path(defs_dir or env.get(ENV_DEFS_DIR) or DEFAULT_DEFS_DIR).resolve()
         jar_dir = env.get(ENV_JAR_DIR)
         lock_timeout = env.get(ENV_LOCK_TIMEOUT_SECONDS)
+        chunk_bytes = env.get(ENV_CHECKPOINT_CHUNK_BYTES)
+        grace = env.get(ENV_CHECKPOINT_GRACE_SECONDS)
+        every = env.get(ENV_CHECKPOINT_EVERY_ENTRIES)
         return cls(
             data_dir=layout.root,
             wal_url=wal_url or env.get(ENV_WAL_URL) or None,
@@ -426,6 +471,16 @@ class PipelineSettings:
             env=dict(env),
             upkeep=UpkeepSettings.from_env(env),
             retention=RetentionSettings.from_env(env),
+            checkpoints=env.get(ENV_CHECKPOINTS) or None,
+            checkpoint_chunk_bytes=_count(ENV_CHECKPOINT_CHUNK_BYTES, chunk_bytes, 1)
+            if chunk_bytes
+            else DEFAULT_CHECKPOINT_CHUNK_BYTES,
+            checkpoint_grace_s=_seconds(ENV_CHECKPOINT_GRACE_SECONDS, grace)
+            if grace
+            else DEFAULT_CHECKPOINT_GRACE_S,
+            checkpoint_every_entries=_count(ENV_CHECKPOINT_EVERY_ENTRIES, every, 1)
+            if every
+            else DEFAULT_CHECKPOINT_EVERY_ENTRIES,
         )
 
 
@@ -507,3 +562,14 @@ def _seconds(name: str, value: str) -> float:
     if not seconds >= 0:
         raise ValueError(f"{name} must be a number of seconds (>= 0), got {value!r}")
     return seconds
+
+
+def checkpoint_root(data_dir: Path, warehouse: str | None, explicit: str | None = None) -> str:
+    """Where checkpoints live: ``explicit`` (``LAKESYNC_CHECKPOINTS``) if given, else beside an
+    S3 warehouse (``<warehouse>/_checkpoints``: ``_`` starts no gateway id, so no namespace's
+    folder), else ``<data-dir>/checkpoints``."""
+    if explicit:
+        return explicit
+    if warehouse and warehouse.startswith(("s3://", "s3a://")):
+        return warehouse.rstrip("/") + "/_checkpoints"
+    return str(DataLayout(data_dir.resolve()).checkpoints_dir)

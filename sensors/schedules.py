@@ -1,9 +1,14 @@
-"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work), lifecycle and lake
-upkeep."""
+"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work), lifecycle, lake
+upkeep and checkpoints."""
 
 import dagster as dg
 
-__all__ = ["build_lifecycle_schedule", "build_sync_schedule", "build_upkeep_schedule"]
+__all__ = [
+    "build_checkpoint_schedule",
+    "build_lifecycle_schedule",
+    "build_sync_schedule",
+    "build_upkeep_schedule",
+]
 
 
 def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
@@ -38,4 +43,16 @@ def build_upkeep_schedule(job_name: str, cron: str) -> dg.ScheduleDefinition:
         cron_schedule=cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Lake upkeep: compact small files, expire old snapshots, remove orphans.",
+    )
+
+
+def build_checkpoint_schedule(job_name: str, cron: str = "0 * * * *") -> dg.ScheduleDefinition:
+    """Run the checkpoint job ``job_name`` on ``cron`` (default hourly); a run with nothing new
+    in the lake since the last checkpoint writes nothing and starts no Spark session."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Periodic checkpoint (the growth sensor writes one sooner under load).",
     )

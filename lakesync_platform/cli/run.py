@@ -141,7 +141,16 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 @click.argument(
     "stage",
     type=click.Choice(
-        ["flush", "state", "materialise", "connector", "trim", "lifecycle", "compact"]
+        [
+            "flush",
+            "state",
+            "materialise",
+            "connector",
+            "trim",
+            "lifecycle",
+            "compact",
+            "checkpoint",
+        ]
     ),
 )
 @click.argument("name", required=False)
@@ -177,6 +186,8 @@ def run(
     ``trim`` trims the hot WAL of what the lake holds (LAKESYNC_WAL_RETENTION_SECONDS,
     LAKESYNC_WAL_RETENTION_ENTRIES, LAKESYNC_DEDUP_RETENTION_SECONDS); ``lifecycle`` trims and
     then moves old rows of destinations with a lifecycle block to their cold tier.
+    ``checkpoint`` writes an initial-sync checkpoint of the lake's state (when it moved since
+    the last one) and removes superseded ones.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -217,7 +228,7 @@ def run(
             gateways = []
         else:
             gateways = [gw] if gw else known
-        if gateways:
+        if gateways and stage != "checkpoint":  # a checkpoint with nothing new needs no Spark
             with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
                 ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in gateways:
@@ -262,10 +273,13 @@ def _run_connector(
 
 def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -> list[StageResult]:
     """Run ``stage`` of ``gw``; its results."""
+    from ..pipeline.checkpoint import run_checkpoint
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
+    if stage == "checkpoint":
+        return [run_checkpoint(ctx, gw)]
     if stage == "compact":
         from ..pipeline.upkeep import run_compaction, run_expiry
 

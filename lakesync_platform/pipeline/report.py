@@ -12,6 +12,7 @@ Dagster's step lines::
     expire demo.todos: 5 of 7 snapshots expired (committed before …), 14 files deleted, …
     trim demo: 10 000 entries, 9 800 delta ids; WAL floor 12 000, 2 345 left, 18.2 MB in 0.4 s
     tier demo hot → archive.todos: 120 rows moved (0 kept hot, 0 released) in 0.2 s
+    checkpoint demo: 1 200 rows at cursor 12 345, 1 chunk, 98 kB in 1.1 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
 {"code", "message"} | null}``, each result being the stage's result record as is.
@@ -30,6 +31,7 @@ from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
 from ..spark.state import StateResult
 from ..spark.upkeep import CompactionResult, ExpiryResult
+from .checkpoint import CheckpointResult
 from .lifecycle import TrimResult
 from .tiering import TierResult
 
@@ -44,8 +46,10 @@ StageResult = (
     | TierResult
     | CompactionResult
     | ExpiryResult
+    | CheckpointResult
 )
-"""One result of a pipeline stage (a connector's poll, lake upkeep and lifecycle included)."""
+"""One result of a pipeline stage (a connector's poll, lake upkeep, lifecycle and checkpoints
+included)."""
 
 
 def number(n: int) -> str:
@@ -84,6 +88,8 @@ def describe(result: StageResult) -> str:
             f"{number(result.moved)} rows moved ({number(result.kept)} kept hot, "
             f"{number(result.released)} released) {took}"
         )
+    if isinstance(result, CheckpointResult):
+        return _describe_checkpoint(result, took)
     if isinstance(result, FlushResult):
         head = f"flush {result.gateway_id}"
         if result.empty:
@@ -137,6 +143,23 @@ def _describe_upkeep(result: CompactionResult | ExpiryResult) -> str:
     )
 
 
+def _describe_checkpoint(result: CheckpointResult, took: str) -> str:
+    head = f"checkpoint {result.gateway_id}"
+    removed = f", {number(result.removed)} older removed" if result.removed else ""
+    if result.cursor == 0:
+        return f"{head}: nothing in the lake yet {took}"
+    if not result.written:
+        return (
+            f"{head}: up to date (cursor {number(result.cursor)}, "
+            f"{number(result.rows)} rows){removed} {took}"
+        )
+    chunks = f"{number(result.chunks)} chunk{'' if result.chunks == 1 else 's'}"
+    return (
+        f"{head}: {number(result.rows)} rows at cursor {number(result.cursor)}, {chunks}, "
+        f"{_size(result.bytes)}{removed} {took}"
+    )
+
+
 def json_document(
     stage: str,
     results: Sequence[StageResult],
@@ -153,6 +176,7 @@ def json_document(
         ExpiryResult: "expiry",
         TrimResult: "trim",
         TierResult: "tier",
+        CheckpointResult: "checkpoint",
     }
     doc: dict[str, Any] = {
         "stage": stage,
