@@ -18,6 +18,8 @@ import anyio
 from litestar import Litestar
 from litestar.exceptions import HTTPException
 
+from lakesync_platform.adapters.checkpoints import open_checkpoint_store
+from lakesync_platform.core.checkpoint import CheckpointStore
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
@@ -45,6 +47,21 @@ log = logging.getLogger(__name__)
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _checkpoint_store(settings: GatewaySettings) -> CheckpointStore | None:
+    """Where the pipeline's checkpoints are read from (``None``: none configured)."""
+    if not settings.checkpoints:
+        return None
+    s3 = settings.object_store
+    return open_checkpoint_store(
+        settings.checkpoints,
+        endpoint=s3.endpoint,
+        region=s3.region,
+        access_key_id=s3.access_key_id,
+        secret_access_key=s3.secret_access_key,
+        session_token=s3.session_token,
+    )
 
 
 def create_app(
@@ -90,6 +107,7 @@ def create_app(
             offload=Offload(settings.request_timeout_s),
             realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
             sources=sources,
+            checkpoints=_checkpoint_store(settings),
         )
         slot.services.realtime.serve_actions(slot.services.actions, slot.services.offload)
         app.state.gateway = GatewayState(

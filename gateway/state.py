@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 from litestar.connection import ASGIConnection
 
+from lakesync_platform.core.checkpoint import CheckpointStore
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
@@ -59,7 +60,8 @@ class GatewayServices:
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
     requests; ``actions`` action dispatch and discovery; ``sources`` the declared sources pulls
     may name; ``offload`` runs their blocking calls on a worker thread; ``realtime`` holds the
-    WebSocket sessions and feeds them after every commit.
+    WebSocket sessions and feeds them after every commit; ``checkpoints`` is where the
+    pipeline's checkpoints are read from (``None``: none are served).
     """
 
     sync: SyncService
@@ -69,6 +71,7 @@ class GatewayServices:
     offload: Offload
     realtime: RealtimeService
     sources: DeclaredSources
+    checkpoints: CheckpointStore | None = None
 
 
 @dataclass

@@ -19,13 +19,17 @@ from ..settings import (
     ENV_ACTION_LEASE_SECONDS,
     ENV_ACTION_RETENTION_SECONDS,
     ENV_ACTION_TIMEOUT_SECONDS,
+    ENV_CHECKPOINTS,
     ENV_DATA_DIR,
     ENV_JWT_SECRET,
     ENV_JWT_SECRET_PREVIOUS,
     ENV_MAX_BACKLOG_BYTES,
     ENV_WAL_URL,
+    ENV_WAREHOUSE,
     DataLayout,
     GatewaySettings,
+    ObjectStoreSettings,
+    checkpoint_root,
 )
 from .options import data_dir_option, defs_dir_option, resolve_secret
 
@@ -50,10 +54,13 @@ def gateway_settings(
     ws_rate_limit: int | None = None,
     ws_send_queue: int | None = None,
     ws_poll_interval_s: float | None = None,
+    checkpoints: str | None = None,
 ) -> GatewaySettings:
     """The gateway's settings from its flags (the secret file is created on first start);
     ``${VAR}`` in the declarations is read from this process's environment; ``ws_*`` flags
-    left unset keep the settings' defaults."""
+    left unset keep the settings' defaults. Checkpoints are read from ``checkpoints``, else
+    where the pipeline writes them by default (beside an S3 ``LAKESYNC_WAREHOUSE``, or
+    ``<data-dir>/checkpoints``), with the standard ``AWS_*`` variables for S3."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
@@ -71,6 +78,8 @@ def gateway_settings(
         action_timeout_s=action_timeout_s,
         action_lease_s=action_lease_s,
         action_retention_s=action_retention_s,
+        checkpoints=checkpoint_root(data_dir, os.environ.get(ENV_WAREHOUSE), checkpoints),
+        object_store=ObjectStoreSettings.from_env(os.environ),
     )
     return dataclasses.replace(
         settings,
@@ -127,6 +136,12 @@ def gateway_settings(
     " broadcast (default 0.025).",
 )
 @click.option(
+    "--checkpoints",
+    envvar=ENV_CHECKPOINTS,
+    help="Where the pipeline writes initial-sync checkpoints: a folder or s3://bucket/prefix"
+    " (default: beside an S3 LAKESYNC_WAREHOUSE, else <data-dir>/checkpoints).",
+)
+@click.option(
     "--workers",
     default=1,
     show_default=True,
@@ -174,6 +189,7 @@ def gateway(
     ws_rate_limit: int | None,
     ws_send_queue: int | None,
     ws_poll_interval: float | None,
+    checkpoints: str | None,
     workers: int,
     log_level: str,
     action_timeout: float,
@@ -202,6 +218,7 @@ def gateway(
         ws_rate_limit=ws_rate_limit,
         ws_send_queue=ws_send_queue,
         ws_poll_interval_s=ws_poll_interval,
+        checkpoints=checkpoints,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

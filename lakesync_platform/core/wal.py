@@ -382,6 +382,10 @@ class WalStore(Protocol):
         """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
         ...
 
+    def has_pulled(self, gw: str, client_id: str) -> bool:
+        """Whether ``client_id`` ever pulled from ``gw`` (a pull from 0 included)."""
+        ...
+
     def save_client_records(
         self,
         gw: str,

@@ -18,6 +18,7 @@ from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
+from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,7 +48,8 @@ class ColdTier(Protocol[TxC]):
 
 @dataclass(frozen=True, slots=True)
 class MaterialiseResult:
-    """What one materialise run wrote into one destination table."""
+    """What one materialise run wrote into one destination table, and from which snapshot of
+    the state table."""
 
     gateway_id: str
     table: str
@@ -57,6 +59,8 @@ class MaterialiseResult:
     upserted: int
     deleted: int
     seconds: float
+    state_snapshot_id: int | None = None
+    """The state table's snapshot the rows were read from (``None``: it had none)."""
 
 
 def watermark_key(gw: str, schema: TableSchema, dest_table: str) -> str:
@@ -90,7 +94,14 @@ def _collect_arrow(df: DataFrame) -> pa.Table:
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
 ) -> pa.Table:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied).
+    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied)."""
+    return _read_arrow_at(catalog, gw, schema, after, ensure)[0]
+
+
+def _read_arrow_at(
+    catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
+) -> tuple[pa.Table, int | None]:
+    """:func:`_read_arrow`, and the snapshot it read.
 
     ``ensure`` creates or evolves the state table; it runs only when the table is missing or
     lacks a column of ``schema``."""
@@ -107,12 +118,17 @@ def _read_arrow(
     if not {*names, LIVE_COL, CURSOR_COL} <= present:
         ensure()
         table = catalog.load_table((gw, log_table(schema)))
+    # The scan reads the current snapshot of the metadata loaded above, with the table's
+    # current schema (naming the snapshot would read it with the schema it was written with,
+    # without columns added since).
+    snapshot_id = table.metadata.current_snapshot_id
     scan = table.scan(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
     )
     rows = scan.to_arrow()
-    return rows.select([*names, LIVE_COL, CURSOR_COL]).rename_columns([*names, "live", "cursor"])
+    renamed = rows.select([*names, LIVE_COL, CURSOR_COL])
+    return renamed.rename_columns([*names, "live", "cursor"]), snapshot_id
 
 
 def materialise_table(
@@ -143,12 +159,17 @@ def materialise_table(
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
     if catalog is not None:
-        changed = _read_arrow(
+        changed, snapshot_id = _read_arrow_at(
             catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
         )
     else:
-        state = spark.table(ensure_state_table(spark, gw, schema))
-        changed = _collect_arrow(changed_rows(state, schema, mark))
+        # The current snapshot, read with the current schema (a snapshot named by id is read
+        # with the schema it was written with); the stage holds the lake's lock, so nothing
+        # commits between the two.
+        name = ensure_state_table(spark, gw, schema)
+        current = current_snapshot(spark, name)
+        snapshot_id = None if current is None else current.snapshot_id
+        changed = _collect_arrow(changed_rows(spark.table(name), schema, mark))
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     top = mark
@@ -177,5 +198,5 @@ def materialise_table(
     if tier is not None:
         tier.release()
     return MaterialiseResult(
-        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
+        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started, snapshot_id
     )

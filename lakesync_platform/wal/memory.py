@@ -293,6 +293,12 @@ class MemoryWal:
             delivery = self._deliveries.get(gw)
             return 0 if delivery is None else delivery.last_since.get(client_id, 0)
 
+    def has_pulled(self, gw: str, client_id: str) -> bool:
+        """Whether ``client_id`` ever pulled from ``gw`` (a pull from 0 included)."""
+        with self._lock:
+            delivery = self._deliveries.get(gw)
+            return delivery is not None and client_id in delivery.last_since
+
     @contextmanager
     def pull_read(
         self, gw: str, client_id: str, since: int, now_ms: int, *, record: bool = True

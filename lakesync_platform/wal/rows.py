@@ -169,6 +169,11 @@ class SqlRows(SqlDatabase):
         with self.read() as conn:
             return self._last_since(conn, gw, client_id) or 0
 
+    def has_pulled(self, gw: str, client_id: str) -> bool:
+        """Whether ``client_id`` ever pulled from ``gw`` (a pull from 0 included)."""
+        with self.read() as conn:
+            return self._last_since(conn, gw, client_id) is not None
+
     def save_client_records(
         self,
         gw: str,

@@ -149,6 +149,13 @@ def test_a_feed_read_is_not_recorded_as_the_clients_pull(store: WalStore, gw: st
         gw, AppendRequest([], []), Recorder(_plan(1, [], [_row("t:r1", 1, h, 1)])), 0
     )
     assert store.last_pulled_since(gw, "c1") == 0
+    assert not store.has_pulled(gw, "c1")
+    with store.pull_read(gw, "c1", 0, BASE_MS, record=False):
+        pass
+    assert not store.has_pulled(gw, "c1")  # a broadcast's read is not the client's pull
+    with store.pull_read(gw, "c1", 0, BASE_MS):
+        pass
+    assert store.has_pulled(gw, "c1") and store.last_pulled_since(gw, "c1") == 0
     with store.pull_read(gw, "c1", 7, BASE_MS) as reader:
         assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
     assert store.last_pulled_since(gw, "c1") == 7
@@ -156,6 +163,7 @@ def test_a_feed_read_is_not_recorded_as_the_clients_pull(store: WalStore, gw: st
         assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
     assert store.last_pulled_since(gw, "c1") == 7
     assert store.last_pulled_since(gw, "c2") == 0
+    assert not store.has_pulled(gw, "c2")
 
 
 def test_client_records_are_kept_per_client(store: WalStore, gw: str) -> None:
