@@ -10,15 +10,20 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   of the sockets on its own event loop, see ``harness/ws_receivers.py``), so the gateway keeps
   its process and no one loop queues a thousand frames. One more socket, in this process,
   pushes one delta at a time (``--pushes`` rounds, each after every socket got the previous
-  one). For every receiving socket: the time from the push's acknowledgement (and from sending
-  it) to the ``0x03`` frame, all read with ``time.monotonic_ns()`` as the bytes come off each
-  socket (``CLOCK_MONOTONIC``, one clock for the machine) — p50 and p99 over all deliveries,
-  and the median over rounds of each round's p50 and p99. Beside them, the **CPU seconds** the
-  gateway process (all its threads) and the receivers spent per round (``/proc/PID/stat``),
-  which another job on the machine disturbs far less than the latencies, and the 1-minute load
-  average before and after. Every size is measured with the client offering per-message
-  deflate (a gateway that negotiates it compresses every frame) and without it
-  (``--compression``);
+  one; ``harness/fanout.py``). Each size runs under each of ``--rules``: ``none`` (every socket
+  receives every row), ``per-user`` (sync rules: each of ``--users`` users, default N / 10,
+  sees the rows it owns; a round creates one user's row or hands the last one to another
+  user, so only their sockets receive it, and any other socket receiving it counts as a
+  leak) and ``other-table`` (a filtered bucket on another table beside an unfiltered one for
+  the pushed rows). For every receiving socket: the time from the push's acknowledgement (and
+  from sending it) to the ``0x03`` frame, all read with ``time.monotonic_ns()`` as the bytes
+  come off each socket (``CLOCK_MONOTONIC``, one clock for the machine) — p50 and p99 over all
+  deliveries, and the median over rounds of each round's p50 and p99. Beside them, the **CPU
+  seconds** the gateway process (all its threads) and the receivers spent per round
+  (``/proc/PID/stat``), which another job on the machine disturbs far less than the
+  latencies, and the 1-minute load average before and after. Every size is measured with
+  the client offering per-message deflate (a gateway that negotiates it compresses every
+  frame) and without it (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
 * **push throughput**: ``--throughput`` pushes of one delta each, sent one after the other,
@@ -31,7 +36,13 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
 ``--pin`` runs the gateway on the first CPU and the receivers and the pusher on the others, so
 the receivers never take the gateway's core (on two cores: one each); it holds for the whole
 run, so the throughput and action figures then come from a gateway on one core.
-``--fanout-only`` skips the last three measurements (their JSON keys are then null). The
+``--code DIR`` runs the gateway on the product packages under ``DIR`` (its working directory
+and ``PYTHONPATH``), e.g. ``git archive main lakesync_platform gateway | tar -x -C DIR``, to
+compare two versions side by side. ``--fanout-only`` skips the last three measurements (their
+JSON keys are then null). Between rounds the benchmark waits until no thread of the gateway
+has run for 20 ms (``harness/fanout.py`` ``wait_idle``): with filtering rules a round's few
+receiving sockets may have their frame before the gateway has cut every other socket's page,
+and the next commit would fold into that pass. The
 figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
 acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
 receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
@@ -41,7 +52,7 @@ show.
 Prints tables and writes ``benchmarks/results/realtime.json`` (``--out``).
 
 Usage (from the repository root):
-    .venv/bin/python benchmarks/bench_realtime.py                                   # ~3 min
+    .venv/bin/python benchmarks/bench_realtime.py                                   # ~5 min
     .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 --pushes 10 --idle 500 1000 \
         --throughput 100 --actions 100                                              # quick
     .venv/bin/python benchmarks/bench_realtime.py --fanout 1000 --compression none --fanout-only
@@ -51,9 +62,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import resource
-import statistics
 import sys
 import tempfile
 import threading
@@ -68,14 +79,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
+from benchmarks.harness.fanout import RULES, fanout, make_delta, pin
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from benchmarks.harness.snapshot import git_info
 from benchmarks.harness.stats import pct
-from benchmarks.harness.ws_receivers import Pusher, Receivers
+from benchmarks.harness.ws_receivers import Receivers
 from lakesync_platform.core.actions import Action, ActionResult
-from lakesync_platform.core.delta import ColumnDelta, RowDelta
-from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import action_id, delta_id
+from lakesync_platform.core.ids import action_id
 from lakesync_platform.core.proto import (
     TAG_ACTION_PUSH,
     TAG_ACTION_RESPONSE,
@@ -102,7 +112,6 @@ actions:
       notify: {description: Post to the hook}
 """
 GIB = 1 << 30
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def raise_open_files() -> int:
@@ -118,15 +127,6 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def make_delta(client: str, row_id: str, n: int) -> RowDelta:
-    """A one-row insert stamped now."""
-    hlc = encode(time.time_ns() // 1_000_000, n & 0xFFFF)
-    cols = (ColumnDelta("title", f"row {row_id}"), ColumnDelta("n", n))
-    return RowDelta(
-        "INSERT", "todos", row_id, client, cols, hlc, delta_id(client, hlc, "todos", row_id, cols)
-    )
 
 
 def socket_url(proc: GatewayProcess, gw: str, sub: str) -> str:
@@ -157,83 +157,6 @@ async def open_sockets(
         for failed in opened:
             if isinstance(failed, BaseException):
                 raise failed
-
-
-def pin(pid: int, cpus: set[int]) -> None:
-    """Bind every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        os.sched_setaffinity(int(tid), cpus)
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU seconds (user + system, every thread, exited ones too) process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def fanout(
-    proc: GatewayProcess, receivers: Receivers, n: int, pushes: int, deflate: bool
-) -> dict[str, Any]:
-    """Latencies of ``pushes`` broadcasts to ``n`` sockets held by the receiver processes, and
-    the CPU the gateway and the receivers spent per round."""
-    assert proc.proc is not None
-    gw = f"fanout{n}{'z' if deflate else 'p'}"
-    paths = [f"/v1/sync/{gw}/ws?token={dev_token(f'r{i}', gw, SECRET)}" for i in range(n)]
-    receivers.open(paths, deflate)
-    from_send: list[float] = []
-    from_ack: list[float] = []
-    round_p50: list[float] = []
-    round_p99: list[float] = []
-    pid = proc.proc.pid
-    load = [os.getloadavg()[0]]
-    try:
-        pusher = Pusher(proc.port, f"/v1/sync/{gw}/ws?token={dev_token('pusher', gw, SECRET)}")
-        try:
-            gateway_cpu0 = cpu_seconds(pid)
-            receiver_cpu0 = sum(cpu_seconds(p) for p in receivers.pids)
-            for k in range(pushes):
-                row_id = f"{gw}-round-{k:05d}"
-                receivers.expect(row_id.encode())
-                data = frame(
-                    TAG_SYNC_PUSH,
-                    encode_sync_push("pusher", [make_delta("pusher", row_id, k)], 0),
-                )
-                sent = time.monotonic_ns()
-                pusher.send(data)
-                while True:
-                    reply, acked = pusher.recv()
-                    if reply[0] != TAG_BROADCAST:
-                        break
-                times = receivers.collect(60)
-                lat = [max(t - acked, 0) / 1e6 for t in times]
-                from_ack += lat
-                from_send += [(t - sent) / 1e6 for t in times]
-                round_p50.append(pct(lat, 50))
-                round_p99.append(pct(lat, 99))
-            gateway_cpu = cpu_seconds(pid) - gateway_cpu0
-            receiver_cpu = sum(cpu_seconds(p) for p in receivers.pids) - receiver_cpu0
-        finally:
-            pusher.close()
-    finally:
-        receivers.close_sockets()
-    load.append(os.getloadavg()[0])
-    return {
-        "sockets": n,
-        "deflate": deflate,
-        "pushes": pushes,
-        "deliveries": len(from_send),
-        "from_send_ms": {"p50": pct(from_send, 50), "p99": pct(from_send, 99)},
-        "from_ack_ms": {"p50": pct(from_ack, 50), "p99": pct(from_ack, 99)},
-        "round_median_from_ack_ms": {
-            "p50": statistics.median(round_p50),
-            "p99": statistics.median(round_p99),
-        },
-        "gateway_cpu_ms_per_round": gateway_cpu * 1000 / pushes,
-        "gateway_cpu_us_per_delivery": gateway_cpu * 1e6 / max(len(from_send), 1),
-        "receivers_cpu_ms_per_round": receiver_cpu * 1000 / pushes,
-        "receivers": len(receivers.pids),
-        "load_average_1m": {"before": load[0], "after": load[1]},
-    }
 
 
 async def idle(proc: GatewayProcess, steps: list[int]) -> list[dict[str, Any]]:
@@ -404,6 +327,16 @@ def main() -> None:
         default="both",
         help="whether the fan-out sockets offer per-message deflate",
     )
+    parser.add_argument(
+        "--rules",
+        nargs="+",
+        choices=["none", *RULES],
+        default=["none", "per-user"],
+        help="sync rules of the fan-out's gateway (per-user: socket i is user i %% users)",
+    )
+    parser.add_argument(
+        "--users", type=int, default=0, help="users of the per-user rules (default: sockets / 10)"
+    )
     parser.add_argument("--idle", type=int, nargs="+", default=[1000, 2000, 5000, 10000])
     parser.add_argument("--throughput", type=int, default=500)
     parser.add_argument("--actions", type=int, default=300)
@@ -416,6 +349,12 @@ def main() -> None:
         "--fanout-only",
         action="store_true",
         help="measure the broadcast latency only (no idle sockets, throughput or actions)",
+    )
+    parser.add_argument(
+        "--code",
+        type=Path,
+        help="run the gateway on the product packages under this directory (e.g. an older"
+        " commit's `git archive`), for figures side by side",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "realtime.json")
     args = parser.parse_args()
@@ -440,7 +379,10 @@ def main() -> None:
                 "--ws-rate-limit",
                 "1000000",
             ],
-            env={"HOOK_PORT": str(port)},
+            env={"HOOK_PORT": str(port)}
+            | ({"PYTHONPATH": str(args.code.resolve())} if args.code else {}),
+            # ``python -m`` puts the working directory first on the path: start it there too.
+            cwd=args.code.resolve() if args.code else None,
         ).start()
         receivers = None
         held: list[dict[str, Any]] = []
@@ -456,16 +398,20 @@ def main() -> None:
                     pin(pid, set(cpus[1:]))
                 log(f"gateway pinned to CPU {cpus[0]}, receivers and pusher to {cpus[1:]}")
             fan = []
-            for n in args.fanout:
-                for deflate in modes:
-                    log(f"fan-out to {n} sockets (deflate {deflate}), {args.pushes} pushes")
-                    fan.append(fanout(proc, receivers, n, args.pushes, deflate))
-                    f = fan[-1]
-                    log(
-                        f"  p50 {f['from_ack_ms']['p50']:.1f} ms, p99 {f['from_ack_ms']['p99']:.1f}"
-                        f" ms, gateway CPU {f['gateway_cpu_ms_per_round']:.1f} ms per round,"
-                        f" load {f['load_average_1m']['after']:.2f}"
-                    )
+            for n, rules, deflate in itertools.product(args.fanout, args.rules, modes):
+                users = args.users or max(n // 10, 1)
+                log(
+                    f"fan-out to {n} sockets (deflate {deflate}, rules {rules}"
+                    f"{f', {users} users' if rules == 'per-user' else ''}), {args.pushes} pushes"
+                )
+                fan.append(fanout(proc, SECRET, receivers, n, args.pushes, deflate, rules, users))
+                f = fan[-1]
+                log(
+                    f"  p50 {f['from_ack_ms']['p50']:.1f} ms, p99 {f['from_ack_ms']['p99']:.1f}"
+                    f" ms, gateway CPU {f['gateway_cpu_ms_per_round']:.1f} ms per round,"
+                    f" load {f['load_average_1m']['after']:.2f}, leaks {f['leaks']},"
+                    f" closed by the gateway {f['closed_by_gateway']}"
+                )
             receivers.stop()
             if not args.fanout_only:
                 log(f"idle sockets in steps {args.idle}")
@@ -484,6 +430,7 @@ def main() -> None:
         table(
             [
                 "sockets",
+                "rules",
                 "deflate",
                 "p50 ack ms",
                 "p99 ack ms",
@@ -496,6 +443,7 @@ def main() -> None:
             [
                 [
                     f["sockets"],
+                    f["rules"] + (f" ({f['users']} users)" if f["users"] else ""),
                     "on" if f["deflate"] else "off",
                     round(f["from_ack_ms"]["p50"], 2),
                     round(f["from_ack_ms"]["p99"], 2),
@@ -545,6 +493,7 @@ def main() -> None:
             "open_files_limit": open_files,
             "load_average": list(os.getloadavg()),
             "pinned": args.pin,
+            "gateway_code": str(args.code) if args.code else None,
             "fanout": fan,
             # Skipped parts (--fanout-only) are null.
             "idle": {

@@ -7,9 +7,11 @@ process queues a thousand frames behind each other. Times are ``time.monotonic_n
 and the pushing process's acknowledgement time can be subtracted.
 
 A round: :meth:`Receivers.expect` tells every receiver the bytes that mark this round's
-broadcast (the pushed row's id, unique per round) and waits until each is ready; the caller
-pushes; :meth:`Receivers.collect` returns, per socket, when the first ``0x03`` frame carrying
-those bytes arrived.
+broadcast (the pushed row's id, unique per round) and, when sync rules filter what each socket
+sees, which sockets must receive it; it waits until each receiver is ready; the caller pushes;
+:meth:`Receivers.collect` returns, per expected socket, when the first ``0x03`` frame carrying
+those bytes arrived. A socket that was not expected and receives such a frame counts as a leak
+(:meth:`Receivers.close_sockets` returns the count).
 
 The client is a minimal one written here (the opening handshake, unmasked server frames,
 masked pong and close replies, optional per-message deflate): the time is read as the bytes
@@ -280,19 +282,27 @@ class _Receiver:
         self.clients: list[_Client] = []
         self.needle = b""
         self.times: list[int] = []
+        self.expected: list[bool] = []
         self.remaining = 0
+        self.leaks = 0
         self.stopped = asyncio.get_running_loop().create_future()
 
     def on_message(self, client: _Client, data: bytes, now: int) -> None:
         if not data or data[0] != _TAG_BROADCAST or not self.needle or self.needle not in data:
             return
         i = client.index
-        if i >= 0 and self.times[i] == 0:
+        if i < 0:
+            return
+        if not self.expected[i]:
+            self.leaks += 1  # a frame of a row outside this socket's view
+        elif self.times[i] == 0:
             self.times[i] = now
             self.remaining -= 1
             if self.remaining == 0:
-                self.conn.send(("done", self.times))
-                self.needle = b""
+                self._done()
+
+    def _done(self) -> None:
+        self.conn.send(("done", [t for t, e in zip(self.times, self.expected, strict=True) if e]))
 
     async def open(self, paths: Sequence[str], deflate: bool) -> None:
         loop = asyncio.get_running_loop()
@@ -324,14 +334,21 @@ class _Receiver:
             task.add_done_callback(self._opened)
         elif kind == "round":
             self.needle = message[1]
-            self.times = [0] * len(self.clients)
-            self.remaining = len(self.clients)
+            only: set[int] | None = message[2]
+            n = len(self.clients)
+            self.expected = [only is None or i in only for i in range(n)]
+            self.times = [0] * n
+            self.remaining = sum(self.expected)
             self.conn.send(("ready",))
+            if self.remaining == 0:  # none of this receiver's sockets sees the row
+                self._done()
         elif kind == "status":
             self.conn.send(("status", sum(1 for t in self.times if t), len(self.clients)))
         elif kind == "close":
+            lost = sum(1 for c in self.clients if c.wire.closed)  # closed by the gateway
             self.close_all()
-            self.conn.send(("closed",))
+            self.conn.send(("closed", self.leaks, lost))
+            self.leaks = 0
         elif kind == "stop" and not self.stopped.done():
             self.close_all()
             self.stopped.set_result(None)
@@ -422,14 +439,17 @@ class Receivers:
             conn.send(("open", list(paths[i :: len(self.conns)]), deflate))
         self._answers("opened", 120)
 
-    def expect(self, needle: bytes) -> None:
-        """Start a round: the next ``0x03`` frame containing ``needle`` on each socket."""
-        for conn in self.conns:
-            conn.send(("round", needle))
+    def expect(self, needle: bytes, only: Sequence[int] | None = None) -> None:
+        """Start a round: the next ``0x03`` frame containing ``needle`` on each socket, or on
+        the sockets ``only`` (their places in the list :meth:`open` was given)."""
+        count = len(self.conns)
+        for r, conn in enumerate(self.conns):
+            mine = None if only is None else {i // count for i in only if i % count == r}
+            conn.send(("round", needle, mine))
         self._answers("ready", 30)
 
     def collect(self, timeout: float) -> list[int]:
-        """Every socket's arrival time (``monotonic_ns``) of this round's broadcast."""
+        """Every expected socket's arrival time (``monotonic_ns``) of this round's broadcast."""
         try:
             answers = self._answers("done", timeout)
         except TimeoutError:
@@ -449,11 +469,14 @@ class Receivers:
                     break
         return out
 
-    def close_sockets(self) -> None:
-        """Close every socket (the processes stay)."""
+    def close_sockets(self) -> tuple[int, int]:
+        """Close every socket (the processes stay); how many frames of a round reached a
+        socket that was not expected, and how many sockets the gateway had closed, since the
+        sockets were opened."""
         for conn in self.conns:
             conn.send(("close",))
-        self._answers("closed", 60)
+        answers = self._answers("closed", 60)
+        return sum(a[1] for a in answers), sum(a[2] for a in answers)
 
     def stop(self) -> None:
         """Close the sockets and end the processes."""

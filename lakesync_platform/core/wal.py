@@ -30,6 +30,7 @@ __all__ = [
     "ActionClaim",
     "AppendRequest",
     "ConnectorStore",
+    "FeedReader",
     "FlushRequest",
     "GatewayCounters",
     "GatewayStats",
@@ -274,6 +275,22 @@ class RowReader(Protocol):
         ...
 
 
+class FeedReader(Protocol):
+    """One consistent read of a gateway's row state for the broadcast feed: the rows, and what
+    any of its clients hold of them."""
+
+    def scan(self, after: int, limit: int) -> list[StoredRow]:
+        """Rows whose last change is after cursor ``after``, in cursor order."""
+        ...
+
+    def delivery_records(
+        self, client_ids: Sequence[str], keys: Sequence[str]
+    ) -> dict[str, dict[str, RowRecord]]:
+        """What each of ``client_ids`` holds of the rows ``keys``, as far as the server knows,
+        by client id (clients that hold none of them are left out)."""
+        ...
+
+
 class WalStore(Protocol):
     """The durable log, row state, delivery state, config store and flush requests of every
     gateway id (each isolated by key)."""
@@ -370,14 +387,36 @@ class WalStore(Protocol):
         ...
 
     def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
     ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+        """Upsert what ``client_id`` holds of the rows ``records`` names. A row named in
+        ``expected`` is written only if its record still is the one given there (read before
+        the page was cut): one changed meanwhile — a push marked the row held, another page
+        recorded it — is left as it is."""
         ...
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows (a read
         outside a pull of the WAL's own rows: a source pull's records)."""
+        ...
+
+    def feed_read(self, gw: str) -> AbstractContextManager[FeedReader]:
+        """A read of rows and delivery records for the broadcast feed's pages (recording no
+        client's pull)."""
+        ...
+
+    def save_delivery_records(
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
+    ) -> None:
+        """Upsert what each client holds of the rows named, ``{client_id: {row_key: record}}``,
+        in one transaction; ``expected`` as in :meth:`save_client_records`, per client."""
         ...
 
     def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:

@@ -3,21 +3,21 @@ rows it has not seen yet, as ``0x03`` frames (PROTOCOL.md §7.2, ARCHITECTURE.md
 
 **What a session receives is its own pull.** Each session keeps a feed cursor — every row
 changed up to it has been sent on this socket — and is fed the page :meth:`SyncService.pull`
-cuts from that cursor with the session's claims (``feed=True``: not remembered as the client's
-pull). So pull's guarantees hold as they are: nothing outside the client's view, no entry
-skipped (the cursor never moves past what was sent), rows whole and current (never an old
-value over a newer one), rows entering and leaving the view. Each row of a page is a frame of
-its own (see :mod:`.realtime` for why).
+would cut from that cursor with the session's claims (``feed=True``: not remembered as the
+client's pull). So pull's guarantees hold as they are: nothing outside the client's view, no
+entry skipped (the cursor never moves past what was sent), rows whole and current (never an
+old value over a newer one), rows entering and leaving the view, delivery records kept as a
+pull keeps them. Each row of a page is a frame of its own (see :mod:`.realtime` for why).
 
-**One fan-out per gateway, not a task per socket.** A commit wakes the gateway's fan-out task
-once; it cuts the pages and hands each session its frames in one pass on the event loop.
-Without filtering sync rules a page depends on the cursor alone (no claims, no per-client
-records), so the sessions at one cursor — after a commit, nearly all of them — share one page
-and its encoded frames: one pull and one worker-thread hop per cursor, whatever the number of
-sockets. With filtering rules each session's page is its own (its claims and the rows it holds
-decide it); the pulls run on worker threads in chunks of :data:`_CHUNK` sessions, and each
-chunk is delivered as soon as it is cut. Whether the gateway filters is decided on the worker
-thread, together with the pull, from the configuration the pull uses.
+**One fan-out per gateway, one read per pass.** A commit wakes the gateway's fan-out task
+once; it asks :meth:`SyncService.feed_pages` for every due session's page in one
+worker-thread call, then hands each session its frames in one pass on the event loop. The
+pages are cut together (:mod:`.feed_cut`): the changed rows are read once, each view (the
+rules against the claims they read) evaluates them once, only a session whose client holds a
+row its view hides gets a step of its own, the records of all clients are read and written
+in one call each, and sessions sent the same rows at the same cursor share one page. Its
+frames are encoded once (:class:`_Frames`): without filtering rules every session at one
+cursor shares them; with them, every session of one view and tag.
 
 **A session's frames stay in the order their rows were read.** A frame handler on the socket
 (a pull over the socket sends rows too) and the feed must not interleave their reads and
@@ -49,8 +49,8 @@ from typing import Any, Final, Protocol, TypeVar
 from ..core.delta import ColumnDelta, RowDelta
 from ..core.proto import TAG_BROADCAST, encode_sync_response, frame
 from ..core.sync_rules import Claims
-from .cursors import split_cursor
-from .delivery import PulledDelta, PullPage, StampedInsert
+from .delivery import PulledDelta, StampedInsert
+from .feed_cut import FeedPage, FeedWant
 from .service import SyncService
 
 __all__ = ["BroadcastFeed", "FeedSession", "Offloader", "sync_response"]
@@ -59,8 +59,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_CHUNK: Final = 32
-"""Sessions whose pages one worker-thread call cuts, on a gateway with filtering rules."""
+_BROADCAST: Final = frame(TAG_BROADCAST, b"")
 _YIELD_EVERY: Final = 256
 """Sessions handed their frames between two turns of the event loop (a fan-out to 10 000
 sockets would otherwise hold the loop for a quarter of a second)."""
@@ -123,35 +122,37 @@ def sync_response(
     return encode_sync_response(deltas, cursor, has_more or (cursor == 0 and not deltas))
 
 
-def _by_row(
-    wire: Sequence[PulledDelta | StampedInsert],
-) -> list[list[PulledDelta | StampedInsert]]:
-    """A page's deltas grouped by row (a row's are adjacent: a TS pair or one delete)."""
-    rows: list[list[PulledDelta | StampedInsert]] = []
-    for d in wire:
-        if rows and rows[-1][0].row_id == d.row_id and rows[-1][0].table == d.table:
-            rows[-1].append(d)
-        else:
-            rows.append([d])
-    return rows
+class _Frames:
+    """The broadcast frames of one pass: one row per frame (see :mod:`.realtime` for why),
+    each row's message built once and each page's frames once.
 
+    A frame is the row's ``SyncResponse`` with the page's cursor: a message's fields are
+    serialised in field order, the deltas (1) before the cursor (2), so the row's serialised
+    deltas followed by a message holding only the cursor are the very bytes of the whole
+    message, built once per row and once per cursor instead of once per session.
+    """
 
-def _frames(page: PullPage) -> tuple[bytes, ...]:
-    """The broadcast frames of a feed page, one row per frame."""
-    return tuple(
-        frame(TAG_BROADCAST, sync_response(row, page.server_hlc, False))
-        for row in _by_row(page.wire)
-    )
+    def __init__(self) -> None:
+        self._rows: dict[int, bytes] = {}  # by id() of a row's deltas (alive during the pass)
+        self._pages: dict[int, tuple[bytes, ...]] = {}
 
+    def of(self, page: FeedPage) -> tuple[bytes, ...]:
+        """``page``'s frames."""
+        found = self._pages.get(id(page))
+        if found is None:
+            tail = encode_sync_response([], page.server_hlc, False)
+            found = self._pages[id(page)] = tuple(
+                _BROADCAST + self._row(row) + tail for row in page.rows
+            )
+        return found
 
-_Cut = tuple[PullPage, tuple[bytes, ...]]
-_Want = tuple[str, int, Claims]  # client id, cursor, claims
-_ClaimsKey = tuple[tuple[str, str | tuple[str, ...]], ...]
-
-
-def _claims_key(claims: Claims) -> _ClaimsKey:
-    """``claims`` as a value to compare and hash."""
-    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in claims.items()))
+    def _row(self, row: tuple[PulledDelta | StampedInsert, ...]) -> bytes:
+        found = self._rows.get(id(row))
+        if found is None:
+            found = self._rows[id(row)] = encode_sync_response(
+                [_row_delta(d) for d in row], 0, False
+            )
+        return found
 
 
 @dataclass(eq=False)
@@ -165,18 +166,16 @@ class _Gateway:
     """A commit: every session is due."""
     due: set[FeedSession] = field(default_factory=set)
     """Sessions due although nothing was committed (a handler held them during a pass)."""
-    filtered: bool = False
-    """Whether the last pass found filtering rules (a hint for how to chunk the pulls)."""
     task: asyncio.Task[None] | None = None
 
 
 class BroadcastFeed:
     """Feeds the WebSocket sessions of a process after every commit of their gateway.
 
-    ``offload`` runs the pulls on worker threads; ``page_size`` bounds a page; the watcher polls
-    every ``poll_interval_s``. ``drop(session, reason)`` closes a session the feed cannot serve
-    (its queue is full, or its page could not be cut) with a code that makes the client
-    reconnect and pull.
+    ``offload`` runs the cutting of the pages (and the reads of the WAL head) on worker
+    threads; ``page_size`` bounds a page; the watcher polls every ``poll_interval_s``.
+    ``drop(session, reason)`` closes a session the feed cannot serve (its queue is full, or its
+    page could not be cut) with a code that makes the client reconnect and pull.
     """
 
     def __init__(
@@ -302,39 +301,34 @@ class BroadcastFeed:
                 self._skip(g, s)
             else:
                 ready.append((s, s.epoch))
-        size = max(_CHUNK if g.filtered else len(ready), 1)
-        chunks = [ready[i : i + size] for i in range(0, len(ready), size)]
-        again = await asyncio.gather(*(self._feed_chunk(gw, g, chunk) for chunk in chunks))
-        return [s for part in again for s in part]
-
-    async def _feed_chunk(
-        self, gw: str, g: _Gateway, chunk: list[tuple[FeedSession, int]]
-    ) -> list[FeedSession]:
-        """Cut the pages of ``chunk`` (sessions and their epochs) on a worker thread and hand
-        them out; the sessions that need another page."""
-        wants = [(s.client_id, s.cursor, s.claims) for s, _ in chunk]
+        if not ready:
+            return []
+        wants = [FeedWant(s.client_id, s.cursor, s.claims) for s, _ in ready]
         try:
-            g.filtered, cuts = await self._offload(self._cut, gw, wants)
+            pages = await self._offload(self._sync.feed_pages, gw, wants, self._page_size)
         except Exception:
             log.exception("cutting the broadcast pages of %s failed", gw)
-            for s, _ in chunk:
+            for s, _ in ready:
                 self._drop(s, "Broadcast failed: reconnect")
             return []
+        frames = _Frames()
         again: list[FeedSession] = []
-        for i, ((s, epoch), (_, cursor, _), cut) in enumerate(zip(chunk, wants, cuts, strict=True)):
+        # Sessions sent rows first: with filtering rules most pages are empty (only a cursor
+        # to move), and the sockets waiting for a row should not wait behind them.
+        cuts = list(zip(ready, wants, pages, strict=True))
+        cuts.sort(key=lambda cut: isinstance(cut[2], FeedPage) and not cut[2].rows)
+        for i, ((s, epoch), want, page) in enumerate(cuts):
             if i and not i % _YIELD_EVERY:
                 await asyncio.sleep(0)  # let the loop serve others (each session is checked anew)
             if s.closing:
                 continue
-            if isinstance(cut, Exception):  # (logged where it was raised)
+            if isinstance(page, Exception):  # (logged where it was raised)
                 self._drop(s, "Broadcast failed: reconnect")
-                continue
-            page, frames = cut
-            if s.busy:
+            elif s.busy:
                 self._skip(g, s)
-            elif s.epoch != epoch or s.cursor != cursor:
+            elif s.epoch != epoch or s.cursor != want.cursor:
                 again.append(s)  # a handler ran since the cut: cut it a fresh page
-            elif frames and not s.deliver(frames):
+            elif page.rows and not s.deliver(frames.of(page)):
                 self._drop(s, "Too far behind: reconnect and pull")
             else:
                 # Past an empty page too: what it skipped is outside the client's view.
@@ -348,41 +342,3 @@ class BroadcastFeed:
         """A handler runs on ``s``: feed it once the handler ends (it calls feed_later)."""
         g.due.discard(s)
         s.feed_pending = True
-
-    def _cut(self, gw: str, wants: Sequence[_Want]) -> tuple[bool, list[_Cut | Exception]]:
-        """The page and frames of each want (on a worker thread), and whether the gateway has
-        filtering rules. Without them a page depends on the cursor alone: one per cursor. A
-        pull that fails fails its wants only (the exception stands in for their cut)."""
-        if not self._sync.config(gw).has_filters:
-            shared = self._cut_shared(gw, wants)
-            if shared is not None:
-                return False, shared
-        # Each session its own page; sessions of one client at one cursor (its tabs) share it:
-        # the client's delivery records, which the first cut updates, give the next the same.
-        own: dict[tuple[str, int, _ClaimsKey], _Cut | Exception] = {}
-        for client_id, cursor, claims in wants:
-            key = (client_id, cursor, _claims_key(claims))
-            if key not in own:
-                own[key] = self._cut_one(gw, client_id, cursor, claims)
-        return True, [own[(c, cursor, _claims_key(cl))] for c, cursor, cl in wants]
-
-    def _cut_shared(self, gw: str, wants: Sequence[_Want]) -> list[_Cut | Exception] | None:
-        """One page per cursor for every want; ``None`` if a page came out of filtering rules
-        (saved since the config was read: each want needs its own page then)."""
-        by_cursor: dict[int, _Cut | Exception] = {}
-        for want in wants:
-            cursor = want[1]
-            if cursor not in by_cursor:
-                cut = by_cursor[cursor] = self._cut_one(gw, *want)
-                if not isinstance(cut, Exception) and split_cursor(cut[0].server_hlc)[0] != 0:
-                    return None  # a view tag: rules filter now
-        return [by_cursor[cursor] for _, cursor, _ in wants]
-
-    def _cut_one(self, gw: str, client_id: str, cursor: int, claims: Claims) -> _Cut | Exception:
-        """The feed page of ``client_id`` from ``cursor`` and its frames, or why not."""
-        try:
-            page = self._sync.pull(gw, client_id, cursor, self._page_size, claims=claims, feed=True)
-        except Exception as exc:
-            log.exception("the broadcast page of %s on %s failed", client_id, gw)
-            return exc
-        return page, _frames(page)

@@ -29,6 +29,7 @@ from .checkpoint import checkpoint_frames
 from .config import GatewayConfig, load_config
 from .cursors import MAX_CURSOR, compose_cursor, split_cursor
 from .delivery import PullPage
+from .feed_cut import FeedPage, FeedWant, cut_feed_pages
 from .plan import plan_append, plan_push
 from .prepare import check_backlog, check_deltas, prepare
 from .pull import cut_page
@@ -207,7 +208,7 @@ class SyncService:
         """
         claims = claims or {}
         cfg = self.config(gw)
-        view = ClientView(cfg.rules, claims)
+        view = cfg.client_view(claims, cfg.view_key(claims))
         tag = cfg.view_tag(claims)
         if not 0 <= since <= MAX_CURSOR:
             since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
@@ -220,9 +221,26 @@ class SyncService:
         if page.delivered:
             last = page.last_position
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, last) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def feed_pages(
+        self, gw: str, wants: Sequence[FeedWant], limit: int
+    ) -> list[FeedPage | Exception]:
+        """The broadcast page of each want — the page :meth:`pull` with ``feed=True`` would
+        cut for it — cut together from one read (:mod:`.feed_cut`); the delivery records they
+        set are saved, in one write, before this returns. An exception stands in for a page
+        that could not be cut; a failure to read or save records raises."""
+        cfg = self.config(gw)
+        with self.wal.feed_read(gw) as reader:
+            cut = cut_feed_pages(reader, cfg, wants, limit)
+        if cut.records:
+            self.wal.save_delivery_records(gw, cut.records, cut.read)
+        return cut.pages
 
     def last_pulled_since(self, gw: str, client_id: str) -> int:
         """The cursor ``client_id`` last pulled from (0 if it never pulled): every row changed
@@ -275,7 +293,10 @@ class SyncService:
         cursor = rows.cursor_at(page.last_position) if page.has_more else rows.end
         if page.delivered:
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, cursor.hlc) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, cursor.hlc) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, cursor.encode(), page.has_more)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,8 +40,16 @@ from ..core.wal import (
     WalStorage,
     decode_columns,
 )
+from .memory_rows import (
+    Deliveries,
+    Held,
+    MemoryFeedReader,
+    MemoryRowReader,
+    held_records,
+    save_records,
+)
 
-__all__ = ["MemoryRowReader", "MemoryWal"]
+__all__ = ["MemoryFeedReader", "MemoryRowReader", "MemoryWal"]
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -74,14 +81,6 @@ class _Gateway:
 
 
 @dataclass
-class _Deliveries:
-    """Per client of one gateway: the cursor it last pulled from, and what it holds."""
-
-    last_since: dict[str, int] = field(default_factory=dict)
-    client_rows: dict[str, dict[str, RowRecord]] = field(default_factory=dict)
-
-
-@dataclass
 class _Config:
     """One gateway's config store (schemas as ``(version, json)``, rules as JSON)."""
 
@@ -102,24 +101,6 @@ class _ActionRow:
     updated_ms: int
 
 
-class MemoryRowReader:
-    """A pull's view of a gateway's rows and of one client's records, as of its start."""
-
-    def __init__(self, rows: list[StoredRow], records: dict[str, RowRecord]) -> None:
-        self._rows = rows
-        self._positions = [r.position for r in rows]
-        self._records = records
-
-    def scan(self, after: int, limit: int) -> list[StoredRow]:
-        """Rows whose last change is after cursor ``after``, in cursor order."""
-        start = bisect_right(self._positions, after)
-        return self._rows[start : start + limit]
-
-    def client_records(self, keys: Sequence[str]) -> dict[str, RowRecord]:
-        """What the pulling client holds of the rows ``keys``, as far as the server knows."""
-        return {k: rec for k in keys if (rec := self._records.get(k)) is not None}
-
-
 class MemoryWal:
     """Every gateway's log, row state, delivery state, config and flush requests, in memory."""
 
@@ -127,7 +108,7 @@ class MemoryWal:
         self._lock = threading.RLock()
         self._gateways: dict[str, _Gateway] = {}
         self._configs: dict[str, _Config] = {}
-        self._deliveries: dict[str, _Deliveries] = {}
+        self._deliveries: dict[str, Deliveries] = {}
         self._flush_requests: dict[str, FlushRequest] = {}
         self._actions: dict[tuple[str, str, str], _ActionRow] = {}
         self._closed = False
@@ -169,7 +150,7 @@ class MemoryWal:
             client_id = request.client_id
             if client_id is None:
                 return PushCommit(plan, 0)
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             held = delivery.client_rows.setdefault(client_id, {})
             for key in request.held_keys:
                 held[key] = RowRecord(True, 0)
@@ -326,26 +307,56 @@ class MemoryWal:
         a snapshot of the rows."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             if record:
                 delivery.last_since[client_id] = since
             records = dict(delivery.client_rows.get(client_id, {}))
-            g = self._gateways.get(gw)
-            stored = {} if g is None else g.rows
-            rows = [
-                StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
-                for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
-            ]
+            rows = self._stored_rows(gw)
         yield MemoryRowReader(rows, records)
 
-    def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
-    ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+    @contextmanager
+    def feed_read(self, gw: str) -> Iterator[MemoryFeedReader]:
+        """A snapshot of the rows, and the clients' records, for the broadcast feed."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
-            delivery.client_rows.setdefault(client_id, {}).update(records)
+            rows = self._stored_rows(gw)
+
+        def records(client_ids: Sequence[str], keys: Sequence[str]) -> Held:
+            with self._lock:
+                return held_records(self._deliveries.get(gw), client_ids, keys)
+
+        yield MemoryFeedReader(rows, records)
+
+    def _stored_rows(self, gw: str) -> list[StoredRow]:
+        g = self._gateways.get(gw)
+        stored = {} if g is None else g.rows
+        return [
+            StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
+            for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
+        ]
+
+    def save_delivery_records(
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
+    ) -> None:
+        """Upsert what each client holds of the rows named (one in ``expected`` only if its
+        record is unchanged)."""
+        with self._lock:
+            self._open()
+            save_records(self._deliveries.setdefault(gw, Deliveries()), records, expected or {})
+
+    def save_client_records(
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
+    ) -> None:
+        """Upsert what ``client_id`` holds of the rows ``records`` names (one in ``expected``
+        only if its record is unchanged)."""
+        self.save_delivery_records(gw, {client_id: records}, {client_id: expected or {}})
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""
