@@ -285,21 +285,20 @@ class Endpoint:
         HTTP error)."""
         url = base_url.rstrip("/") + self.path
         params, body = dict(self.params), None if self.json is None else dict(self.json)
-        seen = 0
         while True:
             response = session.request(self.method, url, params=params or None, json=body)
             raise_for_source(response, self.source)
             doc = response.json()
             records = list(_dig(doc, self.records_path) or [])
-            seen += len(records)
             yield records
             pager = self.paginator
             if isinstance(pager, NextOffset):
                 total = _dig(doc, pager.total_path)
+                position = int(params.get(pager.start_param, 0)) + len(records)
                 last = _dig(doc, pager.last_path) is True
-                if last or not records or (isinstance(total, int) and seen >= total):
+                if last or not records or (isinstance(total, int) and position >= total):
                     return
-                params[pager.start_param] = int(params.get(pager.start_param, 0)) + len(records)
+                params[pager.start_param] = position
                 continue
             if isinstance(pager, NextToken):
                 token = _dig(doc, pager.token_path)

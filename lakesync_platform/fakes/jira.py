@@ -203,12 +203,14 @@ class FakeJira(FakeServer):
         assignee: int | None = 0,
         custom: Mapping[str, Any] | None = None,
         comments: Iterable[str] = (),
+        at: int | None = None,
     ) -> str:
-        """Create an issue in ``project`` (created if missing); returns its key."""
+        """Create an issue in ``project`` (created if missing); returns its key. ``at`` dates
+        it in the past (as an import does: created and updated then)."""
         with self.lock:
             if project not in self.projects:
                 self.add_project(project)
-            now = self.stamp()
+            now = self.stamp() if at is None else at
             key = f"{project}-{next(self._keys[project])}"
             self.issues[key] = _Issue(
                 next(self._ids), key, project, summary, description, "To Do", "Medium", "Task",

@@ -98,3 +98,57 @@ def test_secret_fields_must_be_references() -> None:
         )
     with pytest.raises(ValidationError, match="environment variable NOPE is not set"):
         resolve_secrets("${NOPE}", {})
+
+
+JIRA: dict[str, Any] = {"domain": "acme", "email": "bot@acme.io", "apiToken": "${JIRA_TOKEN}"}
+SF: dict[str, Any] = {
+    "instanceUrl": "https://acme.my.salesforce.com",
+    "clientId": "3MVG9",
+    "clientSecret": "${SF_SECRET}",
+    "username": "bot@acme.io",
+    "password": "${SF_PASSWORD}",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "options", "message"),
+    [
+        ("jira", {**JIRA, "jql": "project = X ORDER BY key"}, "leave ORDER BY out (polls order by updated) - at `$.jira.jql`"),
+        ("jira", {**JIRA, "pageSize": 500}, "pageSize must be between 1 and 100 - at `$.jira.pageSize`"),
+        ("jira", {**JIRA, "censusEvery": -1}, "censusEvery must be 0 or more - at `$.jira.censusEvery`"),
+        ("jira", {**JIRA, "jqll": "x"}, "Object contains unknown field `jqll` - at `$.jira`"),
+        ("jira", {**JIRA, "customFields": "all"}, "Expected `array | null`, got `str` - at `$.jira.customFields`"),
+        ("salesforce", {k: v for k, v in SF.items() if k != "password"}, "password is required (a non-empty string) - at `$.salesforce.password`"),
+        ("salesforce", {**SF, "authFlow": "magic"}, "authFlow must be one of password, client_credentials, refresh_token - at `$.salesforce.authFlow`"),
+        ("salesforce", {**SF, "authFlow": "refresh_token"}, "refreshToken is required (a non-empty string) - at `$.salesforce.refreshToken`"),
+        ("salesforce", {**SF, "refreshToken": "5Aep"}, "refreshToken must be a ${VAR} reference"),
+        ("salesforce", {**SF, "quotaShare": 1.5}, "quotaShare must be more than 0 and at most 1 - at `$.salesforce.quotaShare`"),
+        ("salesforce", {**SF, "objects": ["Account", "Drop Table"]}, "'Drop Table' is not an sObject API name - at `$.salesforce.objects[1]`"),
+        ("salesforce", {**SF, "objects": ["Account", {"name": "Lead", "table": "sf_accounts"}]}, "table 'sf_accounts' is polled twice - at `$.salesforce.objects[1]`"),
+    ],
+)  # fmt: skip
+def test_bad_jira_and_salesforce_options_name_the_path(
+    kind: str, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_connector_config({"name": "src", "type": kind, kind: options})
+    assert message in err.value.message
+
+
+def test_salesforce_flows_need_only_their_own_secrets() -> None:
+    creds = {"instanceUrl": "https://acme.my.salesforce.com", "clientId": "3MVG9"}
+    for flow, extra in [
+        ("client_credentials", {"clientSecret": "${S}"}),
+        ("refresh_token", {"refreshToken": "${R}"}),
+    ]:
+        cfg = parse_connector_config(
+            {
+                "name": "crm",
+                "type": "salesforce",
+                "salesforce": {**creds, "authFlow": flow, **extra},
+            }
+        )
+        assert masked_connector_json(cfg)["salesforce"].get("refreshToken") in (None, MASK)
+    cfg = parse_connector_config({"name": "crm", "type": "salesforce", "salesforce": SF})
+    shown = masked_connector_json(cfg)["salesforce"]
+    assert (shown["clientSecret"], shown["password"]) == (MASK, MASK)

@@ -42,7 +42,14 @@ from .records import (
     poll_soql,
     record_change,
 )
-from .settings import CURSOR_FIELD, ID_FIELD, SOURCE, data_path, query_endpoint
+from .settings import (
+    BULK_PAGE_RECORDS,
+    CURSOR_FIELD,
+    ID_FIELD,
+    SOURCE,
+    data_path,
+    query_endpoint,
+)
 
 __all__ = ["ApiQuota", "SalesforceSource"]
 
@@ -94,6 +101,7 @@ class SalesforceSource:
     clock: Callable[[], int] = lambda: 0
     sleep: Callable[[float], None] = time.sleep
     bulk_poll_s: float = 1.0
+    bulk_page_records: int = BULK_PAGE_RECORDS
     quota: ApiQuota = field(init=False)
     auth: SalesforceAuth = field(init=False)
     session: SourceSession = field(init=False)
@@ -217,6 +225,7 @@ class _ObjectStream:
             soql,
             poll_s=src.bulk_poll_s,
             sleep=src.sleep,
+            page_records=src.bulk_page_records,
         )
         for rows in pages:
             changes: list[Change] = [csv_change(r, fields) for r in rows]
