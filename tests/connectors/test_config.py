@@ -110,29 +110,35 @@ SF: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize(
-    ("kind", "options", "message"),
-    [
-        ("jira", {**JIRA, "jql": "project = X ORDER BY key"}, "leave ORDER BY out (polls order by updated) - at `$.jira.jql`"),
-        ("jira", {**JIRA, "pageSize": 500}, "pageSize must be between 1 and 100 - at `$.jira.pageSize`"),
-        ("jira", {**JIRA, "censusEvery": -1}, "censusEvery must be 0 or more - at `$.jira.censusEvery`"),
-        ("jira", {**JIRA, "jqll": "x"}, "Object contains unknown field `jqll` - at `$.jira`"),
-        ("jira", {**JIRA, "customFields": "all"}, "Expected `array | null`, got `str` - at `$.jira.customFields`"),
-        ("salesforce", {k: v for k, v in SF.items() if k != "password"}, "password is required (a non-empty string) - at `$.salesforce.password`"),
-        ("salesforce", {**SF, "authFlow": "magic"}, "authFlow must be one of password, client_credentials, refresh_token - at `$.salesforce.authFlow`"),
-        ("salesforce", {**SF, "authFlow": "refresh_token"}, "refreshToken is required (a non-empty string) - at `$.salesforce.refreshToken`"),
-        ("salesforce", {**SF, "refreshToken": "5Aep"}, "refreshToken must be a ${VAR} reference"),
-        ("salesforce", {**SF, "quotaShare": 1.5}, "quotaShare must be more than 0 and at most 1 - at `$.salesforce.quotaShare`"),
-        ("salesforce", {**SF, "objects": ["Account", "Drop Table"]}, "'Drop Table' is not an sObject API name - at `$.salesforce.objects[1]`"),
-        ("salesforce", {**SF, "objects": ["Account", {"name": "Lead", "table": "sf_accounts"}]}, "table 'sf_accounts' is polled twice - at `$.salesforce.objects[1]`"),
-    ],
-)  # fmt: skip
+NO_PASSWORD = {k: v for k, v in SF.items() if k != "password"}
+BAD_HTTP_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
+    ("jira", {"jql": "project = X ORDER BY key"}, "leave ORDER BY out (polls order by updated)"),
+    ("jira", {"pageSize": 500}, "pageSize must be between 1 and 100 - at `$.jira.pageSize`"),
+    ("jira", {"censusEvery": -1}, "censusEvery must be 0 or more - at `$.jira.censusEvery`"),
+    ("jira", {"jqll": "x"}, "Object contains unknown field `jqll` - at `$.jira`"),
+    ("jira", {"customFields": "all"}, "Expected `array | null`, got `str` - at `$.jira.custom"),
+    ("salesforce", {"authFlow": "magic"}, "authFlow must be one of password, client_credentials"),
+    ("salesforce", {"authFlow": "refresh_token"}, "refreshToken is required (a non-empty string)"),
+    ("salesforce", {"refreshToken": "5Aep"}, "refreshToken must be a ${VAR} reference"),
+    ("salesforce", {"quotaShare": 1.5}, "quotaShare must be more than 0 and at most 1"),
+    ("salesforce", {"objects": ["Account", "A B"]}, "'A B' is not an sObject API name - at `$.sal"),
+    ("salesforce", {"objects": ["Account", {"name": "L", "table": "sf_accounts"}]}, "polled twice"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "change", "message"), BAD_HTTP_OPTIONS)
 def test_bad_jira_and_salesforce_options_name_the_path(
-    kind: str, options: dict[str, Any], message: str
+    kind: str, change: dict[str, Any], message: str
 ) -> None:
+    options = {**(JIRA if kind == "jira" else SF), **change}
     with pytest.raises(ValidationError) as err:
         parse_connector_config({"name": "src", "type": kind, kind: options})
     assert message in err.value.message
+    with pytest.raises(ValidationError) as err:
+        parse_connector_config({"name": "src", "type": "salesforce", "salesforce": NO_PASSWORD})
+    assert err.value.message == (
+        "password is required (a non-empty string) - at `$.salesforce.password`"
+    )
 
 
 def test_salesforce_flows_need_only_their_own_secrets() -> None:

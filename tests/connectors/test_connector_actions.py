@@ -41,7 +41,9 @@ def org() -> Iterator[FakeSalesforce]:
 
 
 def configs(jira: FakeJira, org: FakeSalesforce) -> dict[str, Any]:
-    tracker = {"domain": "acme", "email": jira.email, "apiToken": "${JIRA_TOKEN}", "baseUrl": jira.url}  # fmt: skip
+    tracker = {
+        "domain": "acme", "email": jira.email, "apiToken": "${JIRA_TOKEN}", "baseUrl": jira.url,
+    }  # fmt: skip
     crm = {
         "instanceUrl": org.url, "loginUrl": org.url, "clientId": org.client_id,
         "clientSecret": "${SF_SECRET}", "username": org.username, "password": "${SF_PASSWORD}",
@@ -66,7 +68,14 @@ def service(registered: dict[str, Any]) -> Iterator[ActionService]:
     provider.close()
 
 
-def act(connector: str, action_type: str, params: dict[str, Any], *, hlc: int = 1, key: str | None = None) -> Action:  # fmt: skip
+def act(
+    connector: str,
+    action_type: str,
+    params: dict[str, Any],
+    *,
+    hlc: int = 1,
+    key: str | None = None,
+) -> Action:
     aid = action_id("alice", hlc, connector, action_type, params)
     return Action(aid, "alice", hlc, connector, action_type, params, key)
 
@@ -139,7 +148,8 @@ def test_salesforce_records_are_created_and_updated_exactly_once(
     org.expire_tokens()  # the session renews itself through the OAuth flow
     params = {"sobject": "Account", "id": record, "fields": {"Industry": "Energy"}}
     [done] = run(service, act("crm", "update_record", params, key="u1"))
-    assert isinstance(done, ActionResult) and done.data == {"id": record, "sobject": "Account", "updated": True}  # fmt: skip
+    assert isinstance(done, ActionResult)
+    assert done.data == {"id": record, "sobject": "Account", "updated": True}
     assert org.records["Account"][record]["Industry"] == "Energy" and org.count("token") == 2
     [missing] = run(service, act("crm", "create_record", {"sobject": "Account", "fields": {}}))
     assert isinstance(missing, ActionErrorResult) and missing.retryable is False
@@ -147,7 +157,8 @@ def test_salesforce_records_are_created_and_updated_exactly_once(
         "Salesforce answered 400: REQUIRED_FIELD_MISSING: Required fields are missing: [Name]"
     )
     org.api_limit = org.api_used  # the daily allowance is spent: it comes back tomorrow
-    [spent] = run(service, act("crm", "create_record", {"sobject": "Lead", "fields": {"LastName": "L"}}))  # fmt: skip
+    lead = {"sobject": "Lead", "fields": {"LastName": "L"}}
+    [spent] = run(service, act("crm", "create_record", lead))
     assert isinstance(spent, ActionErrorResult) and spent.retryable is True
     assert "REQUEST_LIMIT_EXCEEDED" in spent.message
 
@@ -162,7 +173,8 @@ def test_registered_connectors_come_and_go_and_a_missing_secret_says_so(
         assert service.describe(GW) == {"connectors": {}}
         registered["tracker"] = configs(jira, org)["tracker"]
         assert list(service.describe(GW)["connectors"]) == ["tracker"]
-        [refused] = run(service, act("tracker", "create_issue", {"projectKey": "ENG", "summary": "x"}))  # fmt: skip
+        issue = {"projectKey": "ENG", "summary": "x"}
+        [refused] = run(service, act("tracker", "create_issue", issue))
         assert isinstance(refused, ActionErrorResult) and refused.retryable is False
         assert refused.message == "Jira connector: environment variable JIRA_TOKEN is not set"
         registered.clear()

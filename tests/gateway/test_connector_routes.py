@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from lakesync_platform.core.ids import action_id
 from lakesync_platform.core.connectors import MASK
+from lakesync_platform.core.ids import action_id
 from lakesync_platform.fakes.jira import FakeJira
 
 from .conftest import Gateway, GatewayFactory, assert_error
@@ -107,14 +107,7 @@ def test_a_bad_body_is_a_clear_400_and_writes_nothing(shared: Gateway, gw: str) 
             "Expected `int`, got `str` - at `$.jira.censusEvery`",
         ),
         (
-            {
-                **SF_BODY,
-                "salesforce": {
-                    **SF_BODY["salesforce"],
-                    "authFlow": "client_credentials",
-                    "clientSecret": None,
-                },
-            },  # fmt: skip
+            {**SF_BODY, "salesforce": {**SF_BODY["salesforce"], "clientSecret": None}},
             "clientSecret must be a ${VAR} reference to the environment, never the secret itself"
             " - at `$.salesforce.clientSecret`",
         ),
