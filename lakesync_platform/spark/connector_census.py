@@ -92,11 +92,12 @@ class IdCensus:
     def stage(self, ids: Iterable[tuple[str, str]]) -> int:
         """Write the sweep to the staging table, a batch at a time; return its size."""
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(self.gw)}")
-        self.spark.createDataFrame([], _SCHEMA).writeTo(self.staging).using(
+        it = iter(ids)
+        first = list(itertools.islice(it, self.batch))
+        self.spark.createDataFrame(first, _SCHEMA).writeTo(self.staging).using(
             "iceberg"
         ).createOrReplace()
-        count = 0
-        it = iter(ids)
+        count = len(first)
         while batch := list(itertools.islice(it, self.batch)):
             self.spark.createDataFrame(batch, _SCHEMA).writeTo(self.staging).append()
             count += len(batch)
@@ -117,10 +118,10 @@ class IdCensus:
             known = known.unionByName(self.spark.table(self.known_table).select("tbl", "row_id"))
         self._known = known.distinct().cache()
         swept = self.spark.table(self.staging).select("tbl", "row_id")
-        missing = swept.join(self._known, ["tbl", "row_id"], "left_anti").cache()
-        missing_count = missing.count()
-        sample = tuple((r["tbl"], r["row_id"]) for r in missing.limit(_MISSING_SAMPLE).collect())
-        missing.unpersist()
+        missing = swept.join(self._known, ["tbl", "row_id"], "left_anti")
+        found = missing.limit(_MISSING_SAMPLE).collect()
+        sample = tuple((r["tbl"], r["row_id"]) for r in found)
+        missing_count = missing.count() if len(found) == _MISSING_SAMPLE else len(found)
         known_count = self._known.count()
         vanished = self._known.join(swept, ["tbl", "row_id"], "left_anti")
         return IdComparison(self._stream(vanished, known_count), known_count, missing_count, sample)
