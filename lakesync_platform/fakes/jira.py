@@ -165,6 +165,7 @@ class FakeJira(FakeServer):
         self._ids = itertools.count(10001)
         self._comment_ids = itertools.count(10100)
         self._keys: dict[str, itertools.count[int]] = {}
+        self._searches: dict[str, list[str]] = {}
         basic = base64.b64encode(f"{email}:{token}".encode()).decode()
         self._authorization = f"Basic {basic}"
 
@@ -299,16 +300,24 @@ class FakeJira(FakeServer):
         except ValueError as exc:
             return json_reply(400, {"errorMessages": [str(exc)], "errors": {}})
         limit = max(1, min(int(body.get("maxResults", 50)), 100))
-        start = int(base64.b64decode(body["nextPageToken"])) if body.get("nextPageToken") else 0
         wanted = list(body.get("fields") or ["id"])
         with self.lock:
-            found = [i for i in self.issues.values() if matches(i)]
-            found.sort(key=order)
-            page = found[start : start + limit]
+            if body.get("nextPageToken"):  # the search's keys as they were (a snapshot)
+                search, _, offset = base64.b64decode(body["nextPageToken"]).decode().partition(":")
+                keys, start = self._searches.get(search, []), int(offset)
+            else:
+                found = sorted((i for i in self.issues.values() if matches(i)), key=order)
+                search, keys, start = str(next(self._ids)), [i.key for i in found], 0
+                self._searches[search] = keys
+            page = [self.issues[k] for k in keys[start : start + limit] if k in self.issues]
             docs = [self._issue_json(i, wanted) for i in page]
-        doc: dict[str, Any] = {"issues": docs, "isLast": start + limit >= len(found)}
-        if not doc["isLast"]:
-            doc["nextPageToken"] = base64.b64encode(str(start + limit).encode()).decode()
+            last = start + limit >= len(keys)
+            if last:
+                self._searches.pop(search, None)
+        doc: dict[str, Any] = {"issues": docs, "isLast": last}
+        if not last:
+            token = f"{search}:{start + limit}".encode()
+            doc["nextPageToken"] = base64.b64encode(token).decode()
         return json_reply(200, doc)
 
     def _issue_json(self, issue: _Issue, wanted: list[str]) -> dict[str, Any]:

@@ -122,6 +122,15 @@ def _oauth_error(error: str, description: str) -> Reply:
     return json_reply(400, {"error": error, "error_description": description})
 
 
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """A query's records as of the query (what a query locator pages through)."""
+
+    sobject: str
+    fields: list[str]
+    rows: list[dict[str, Any]]
+
+
 @dataclass
 class _Job:
     query: str
@@ -167,7 +176,7 @@ class FakeSalesforce(FakeServer):
         self.owners = {"005000000000001AAA": "Ada Lovelace", "005000000000002AAA": "Grace Hopper"}
         self.tokens: set[str] = set()
         self.jobs: dict[str, _Job] = {}
-        self._locators: dict[str, tuple[list[dict[str, Any]], int]] = {}
+        self._locators: dict[str, tuple[_Result, int]] = {}
         self._counter = itertools.count(1)
 
     # ------------------------------------------------------------------ changes a test makes
@@ -405,20 +414,23 @@ class FakeSalesforce(FakeServer):
         sobject = parse_soql(soql).sobject
         if fields == ["COUNT()"]:
             return json_reply(200, {"totalSize": len(rows), "done": True, "records": []})
-        docs = [self._rest_record(sobject, r, fields) for r in rows]
-        return self._batch(request.match["v"], docs, 0)
+        snapshot = [dict(r) for r in rows]  # the result as of the query, as a query locator
+        return self._batch(request.match["v"], _Result(sobject, fields, snapshot), 0)
 
-    def _batch(self, version: str, docs: list[dict[str, Any]], start: int) -> Reply:
+    def _batch(self, version: str, result: _Result, start: int) -> Reply:
         end = start + _BATCH
+        page = result.rows[start:end]
+        with self.lock:
+            docs = [self._rest_record(result.sobject, r, result.fields) for r in page]
         out: dict[str, Any] = {
-            "totalSize": len(docs),
-            "done": end >= len(docs),
-            "records": docs[start:end],
+            "totalSize": len(result.rows),
+            "done": end >= len(result.rows),
+            "records": docs,
         }
-        if end < len(docs):
+        if end < len(result.rows):
             locator = f"01g{next(self._counter):015d}-{end}"
             with self.lock:
-                self._locators[locator] = (docs, end)
+                self._locators[locator] = (result, end)
             out["nextRecordsUrl"] = f"/services/data/{version}/query/{locator}"
         return json_reply(200, out)
 
@@ -427,8 +439,8 @@ class FakeSalesforce(FakeServer):
             found = self._locators.pop(request.match["loc"], None)
         if found is None:
             return _error(400, "INVALID_QUERY_LOCATOR", "invalid query locator")
-        docs, start = found
-        return self._batch(request.match["v"], docs, start)
+        result, start = found
+        return self._batch(request.match["v"], result, start)
 
     # ------------------------------------------------------------------ Bulk API 2.0
 

@@ -200,15 +200,6 @@ class FakeServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def serve_until(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set (the process form of a fake)."""
-        self.start()
-        try:
-            while not stop.wait(0.2):
-                pass
-        finally:
-            self.stop()
-
     def __enter__(self) -> Self:
         return self if self._httpd is not None else self.start()
 

@@ -146,11 +146,10 @@ def ids_soql(sobject: str, soql_filter: str | None) -> str:
     return f"SELECT {ID_FIELD} FROM {sobject}" + (f" WHERE ({soql_filter})" if soql_filter else "")
 
 
-def _path(record: Mapping[str, Any], api_name: str) -> Any:
-    value: Any = record
-    for part in api_name.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
+def _related(record: Mapping[str, Any], api_name: str) -> Any:
+    rel, _, name = api_name.partition(".")
+    parent = record.get(rel)
+    return parent.get(name) if isinstance(parent, Mapping) else None
 
 
 def record_change(record: Mapping[str, Any], fields: Sequence[SfField]) -> Change:
@@ -158,7 +157,12 @@ def record_change(record: Mapping[str, Any], fields: Sequence[SfField]) -> Chang
     row_id = str(record[ID_FIELD])
     if record.get(DELETED_FIELD) is True:
         return Change(row_id, None)
-    row = {f.column: _path(record, f.api_name) for f in fields if f.api_name != ID_FIELD}
+    get = record.get
+    row = {
+        f.column: _related(record, f.api_name) if "." in f.api_name else get(f.api_name)
+        for f in fields
+        if f.api_name != ID_FIELD
+    }
     row["sf_id"] = row_id
     return Change(row_id, row)
 
