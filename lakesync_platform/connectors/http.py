@@ -43,6 +43,7 @@ __all__ = [
     "SessionFactory",
     "SourceSession",
     "error_detail",
+    "fetch",
     "raise_for_source",
     "send_action",
     "session_factory",
@@ -177,6 +178,22 @@ def error_detail(response: requests.Response) -> str:
     return "; ".join(parts) or response.text[:200].strip()
 
 
+def fetch(
+    session: requests.Session, method: str, url: str, source: str, **kwargs: Any
+) -> requests.Response:
+    """One request of a poll: a success, or an :class:`AdapterError` naming the source — for an
+    HTTP error left after the retries, and for an unreachable source or a timeout."""
+    try:
+        response = session.request(method, url, **kwargs)
+    except requests.RequestException as exc:
+        path = url.split("://", 1)[-1].partition("/")[2].split("?")[0]
+        raise AdapterError(
+            f"{source} unreachable on {method} /{path}: {exc.__class__.__name__}"
+        ) from exc
+    raise_for_source(response, source)
+    return response
+
+
 def raise_for_source(response: requests.Response, source: str) -> None:
     """Raise :class:`AdapterError` for an HTTP error answer (the source, the request, the
     status, the source's message); return for a success."""
@@ -286,8 +303,9 @@ class Endpoint:
         url = base_url.rstrip("/") + self.path
         params, body = dict(self.params), None if self.json is None else dict(self.json)
         while True:
-            response = session.request(self.method, url, params=params or None, json=body)
-            raise_for_source(response, self.source)
+            response = fetch(
+                session, self.method, url, self.source, params=params or None, json=body
+            )
             doc = response.json()
             records = list(_dig(doc, self.records_path) or [])
             yield records

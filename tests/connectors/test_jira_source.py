@@ -14,7 +14,7 @@ from lakesync_platform.connectors.jira.source import JiraSource
 from lakesync_platform.core.connectors import jira_options, parse_connector_config
 from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.fakes.jira import FakeJira
-from lakesync_platform.testing import ManualClock
+from lakesync_platform.testing import ManualClock, free_port
 
 from .poll_kit import FAST, GW, Poller
 
@@ -110,6 +110,10 @@ def test_a_wrong_token_is_a_clear_error_and_writes_nothing(
         "Client must be authenticated to access this resource."
     )
     assert poller.wal.read_entries(GW, 0) == [] and poller.wal.connector_state(GW, "tracker") == {}
+    closed = source(jira, clock, baseUrl=f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(AdapterError) as err:
+        poller.run(closed.streams())
+    assert err.value.message == "Jira unreachable on GET /rest/api/3/field: ConnectionError"
 
 
 def test_the_census_deletes_what_vanished_and_reports_what_polls_missed(

@@ -23,7 +23,7 @@ import requests
 from ...core.connectors import JiraOptions
 from ...core.schema import TableSchema
 from ..census import CensusDiffer, CensusStream
-from ..http import SessionFactory, SourceSession, raise_for_source
+from ..http import SessionFactory, SourceSession, fetch
 from ..model import Change, Page, Stream
 from .records import (
     CustomColumn,
@@ -97,9 +97,7 @@ class JiraSource:
         self.session.close()
 
     def _get(self, path: str) -> Any:
-        response = self.session.get(self.options.url + path)
-        raise_for_source(response, SOURCE)
-        return response.json()
+        return fetch(self.session, "GET", self.options.url + path, SOURCE).json()
 
     def discover(self) -> _Discovery:
         """The custom columns and time zone (read once per run)."""

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import requests
 
 from ...core.errors import AdapterError
-from ..http import raise_for_source
+from ..http import fetch
 from .settings import BULK_PAGE_RECORDS, SOURCE, data_path
 
 __all__ = ["bulk_query_pages"]
@@ -38,13 +38,11 @@ def bulk_query_pages(
 ) -> Iterator[list[dict[str, str]]]:
     """The rows of ``soql`` (as CSV text values by column) in pages."""
     jobs = base_url + data_path(version, "jobs/query")
-    created = session.post(jobs, json={"operation": "queryAll", "query": soql})
-    raise_for_source(created, SOURCE)
+    created = fetch(session, "POST", jobs, SOURCE, json={"operation": "queryAll", "query": soql})
     job = created.json()["id"]
     wait = poll_s
     while True:
-        status = session.get(f"{jobs}/{job}")
-        raise_for_source(status, SOURCE)
+        status = fetch(session, "GET", f"{jobs}/{job}", SOURCE)
         doc = status.json()
         state = doc.get("state")
         if state == "JobComplete":
@@ -60,8 +58,7 @@ def bulk_query_pages(
         params: dict[str, str | int] = {"maxRecords": page_records}
         if locator:
             params["locator"] = locator
-        response = session.get(f"{jobs}/{job}/results", params=params)
-        raise_for_source(response, SOURCE)
+        response = fetch(session, "GET", f"{jobs}/{job}/results", SOURCE, params=params)
         response.encoding = "utf-8"
         yield list(csv.DictReader(io.StringIO(response.text)))
         locator = response.headers.get("Sforce-Locator")

@@ -26,7 +26,7 @@ import requests
 
 from ...core.connectors import SalesforceObject, SalesforceOptions, salesforce_table
 from ..census import CensusDiffer, CensusStream
-from ..http import SessionFactory, SourceSession, raise_for_source
+from ..http import SessionFactory, SourceSession, fetch
 from ..model import Change, Page, QuotaReached, Stream
 from .auth import SalesforceAuth, SalesforceSecrets
 from .bulk import bulk_query_pages
@@ -124,11 +124,8 @@ class SalesforceSource:
 
     def get(self, tail: str, **params: Any) -> Any:
         """``GET /services/data/<version>/<tail>`` as JSON."""
-        response = self.session.get(
-            self.base_url + data_path(self.options.api_version, tail), params=params or None
-        )
-        raise_for_source(response, SOURCE)
-        return response.json()
+        url = self.base_url + data_path(self.options.api_version, tail)
+        return fetch(self.session, "GET", url, SOURCE, params=params or None).json()
 
     def spent(self) -> bool:
         """Whether the budget is spent (reading ``/limits`` first if no answer said yet);
