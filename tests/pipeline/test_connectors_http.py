@@ -185,7 +185,7 @@ def test_the_dagster_job_polls_a_connector_registered_at_runtime_and_checks_its_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     org.create("Account", Name="Acme")
-    org.create("Lead", LastName="Lovelace", Company="Engines")
+    lead = org.create("Lead", LastName="Lovelace", Company="Engines")
     (tmp_path / "defs").mkdir()
     settings = {"LAKESYNC_DATA_DIR": str(lake_dir), "LAKESYNC_WAL_URL": wal_url,
                 "LAKESYNC_DEFS_DIR": str(tmp_path / "defs"), **_env(jira, org)}  # fmt: skip
@@ -214,6 +214,16 @@ def test_the_dagster_job_polls_a_connector_registered_at_runtime_and_checks_its_
     assert check.description == (
         "census of run 1: 2 ids at the source, 0 vanished and deleted, none missing"
     )
+    org.purge("Lead", lead)  # emptied from the recycle bin: only the census can tell
+    again = defs.resolve_job_def(CONNECTOR_JOB).execute_in_process(
+        instance=instance, partition_key=key
+    )
+    [mat] = again.asset_materializations_for_node("lakesync_connectors")
+    assert mat.metadata["deltas"].value == {"DELETE": 1}
+    assert mat.metadata["census"].value["last"]["knownIds"] == 2  # the known table, promoted
+    [check] = again.get_asset_check_evaluations()
+    assert check.passed and "1 vanished and deleted" in (check.description or "")
+    assert [e.op for e in wal.read_entries(gw, 0)] == ["INSERT", "INSERT", "DELETE"]
 
 
 def test_a_poll_killed_mid_run_and_run_again_leaves_every_record_exactly_once(
