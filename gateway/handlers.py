@@ -35,11 +35,9 @@ __all__ = ["ActionHandlers", "build_action_handlers"]
 class ActionHandlers:
     """The registry of the declared handlers, and how to release them."""
 
-    def __init__(
-        self, provider: Callable[[str], Mapping[str, ActionHandler]] | None = None
-    ) -> None:
+    def __init__(self, provider: ConnectorActionHandlers | None = None) -> None:
         self.registry = ActionRegistry(provider)
-        self._closers: list[Callable[[], None]] = []
+        self._closers: list[Callable[[], None]] = [] if provider is None else [provider.close]
 
     def add(self, gw: str, name: str, handler: ActionHandler, close: Callable[[], None]) -> None:
         """Register ``handler`` for ``gw``'s connector ``name``."""
@@ -86,8 +84,6 @@ def build_action_handlers(
     if connectors is not None:
         provider = ConnectorActionHandlers(connectors, settings.env)
     handlers = ActionHandlers(provider)
-    if provider is not None:
-        handlers._closers.append(provider.close)
     declarations = load_declarations(settings.defs_dir)
     try:
         for gw, gateway in declarations.gateways.items():
