@@ -121,7 +121,7 @@ def test_declared_jira_and_salesforce_reach_a_client_and_postgres_with_updates_a
     settings = PipelineSettings(data_dir=lake_dir, defs_dir=defs, env=env)
     ctx = PipelineContext(settings, spark=spark, wal=wal)
 
-    def pipeline() -> dict[str, tuple[str, bool]]:
+    def pipeline() -> dict[str, Any]:
         run_flush(ctx, gw)
         run_state(ctx, gw, synced)
         run_materialise(ctx, gw, tables=synced)
@@ -130,6 +130,13 @@ def test_declared_jira_and_salesforce_reach_a_client_and_postgres_with_updates_a
             issues = conn.exec_driver_sql("SELECT row_id, summary, deleted_at FROM jira_issues")
             accounts = conn.exec_driver_sql("SELECT row_id, name, deleted_at FROM sf_accounts")
             out = {r[0]: (r[1], r[2] is not None) for r in [*issues, *accounts]}
+            columns = conn.exec_driver_sql(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_name = 'jira_issues'"
+            )
+            if "team" in {c for (c,) in columns}:  # the custom field created between runs
+                teams = conn.exec_driver_sql("SELECT row_id, team FROM jira_issues")
+                out["teams"] = dict(teams.tuples().all())
         engine.dispose()
         return out
 
@@ -154,7 +161,8 @@ def test_declared_jira_and_salesforce_reach_a_client_and_postgres_with_updates_a
             acme: ("Acme", False), gone: ("Gone Inc", False),
         }  # fmt: skip
 
-        jira.update_issue(bug, summary="Crash on start")
+        team = jira.add_custom_field("Team", "option")  # a new column, additively
+        jira.update_issue(bug, summary="Crash on start", custom={team: "Blue"})
         jira.delete_issue(chore)  # Jira says nothing of it: the census finds it gone
         org.update("Account", acme, Name="Acme Corp")
         org.delete("Account", gone)  # queryAll returns it with IsDeleted
@@ -165,10 +173,12 @@ def test_declared_jira_and_salesforce_reach_a_client_and_postgres_with_updates_a
         client.sync_once()
         issues, accounts = client.tracker.all("jira_issues"), client.tracker.all("sf_accounts")
         assert sorted(issues) == [bug] and issues[bug]["summary"] == "Crash on start"
+        assert "team" in wal.schemas(gw)["jira_issues"].column_names
         assert sorted(accounts) == [acme] and accounts[acme]["name"] == "Acme Corp"
         assert pipeline() == {
             bug: ("Crash on start", False), chore: ("Chore", True),
             acme: ("Acme Corp", False), gone: ("Gone Inc", True),
+            "teams": {bug: "Blue", chore: None},
         }  # fmt: skip
         client.close()
 
