@@ -11,8 +11,9 @@ adapts its :class:`IdComparison`):
 1. :meth:`~IdCensus.stage` — the sweep's ``(table, row_id)`` pairs, fetched over HTTP on the
    driver, go into a staging table (``…__staging``) in batches, so the driver holds one batch;
 2. :meth:`~IdCensus.compare` — the known ids are the known table plus every id the connector
-   (client ``ingest:<connector>``) appended to the WAL after ``known-through`` (read over JDBC
-   with the WAL's own query, :func:`~lakesync_platform.wal.export.ingested_ids_query`); known
+   (client ``ingest:<connector>``) appended after ``known-through``: read from the WAL over
+   JDBC (the WAL's own query, :func:`~lakesync_platform.wal.export.ingested_ids_query`) and
+   from the lake's change log (what a WAL trimmed by its retention no longer holds); known
    ids missing from the sweep *vanished* (deleted at the source), streamed to the driver a
    partition at a time; sweep ids that are not known are *missing* (counted);
 3. :meth:`~IdCensus.promote` — once the WAL committed the deletes, the staging table replaces
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ..core.delta import check_identifier
 from .connector_diff import promote_staging
-from .layout import namespace, q, table_exists
+from .layout import deltas_table, namespace, q, table_exists
 from .wal_source import JdbcSource, read_ingested_ids
 
 if TYPE_CHECKING:
@@ -112,8 +113,12 @@ class IdCensus:
 
     def compare(self) -> IdComparison:
         """The staged sweep against the known ids (kept cached until :meth:`promote`)."""
-        client_id = f"ingest:{self.connector}"
-        known = read_ingested_ids(self.spark, self.wal, self.gw, client_id, self._known_through())
+        client_id, after = f"ingest:{self.connector}", self._known_through()
+        known = read_ingested_ids(self.spark, self.wal, self.gw, client_id, after)
+        if table_exists(self.spark, deltas_table(self.gw)):  # flushed (and maybe trimmed)
+            log = self.spark.table(deltas_table(self.gw))
+            flushed = log.where((log["client_id"] == client_id) & (log["cursor"] > after))
+            known = known.unionByName(flushed.selectExpr("`table` AS tbl", "row_id"))
         if table_exists(self.spark, self.known_table):
             known = known.unionByName(self.spark.table(self.known_table).select("tbl", "row_id"))
         self._known = known.distinct().cache()
