@@ -6,12 +6,18 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
 ``--ws-max-connections`` above the largest idle step) and measures, in one run:
 
 * **broadcast latency** to N connected sockets (``--fanout``, default 10, 100 and 1 000), each
-  opened by this process on one asyncio event loop with its own token: one more socket pushes
-  one delta at a time (``--pushes`` rounds, each after every socket got the previous one); for
-  every receiving socket the time from the push's acknowledgement (and from sending it) to the
-  ``0x03`` frame — p50 and p99 over all deliveries, and the median over rounds of each round's
-  p50 and p99. Every size is measured with the client offering per-message deflate (the
-  ``websockets`` default; a gateway that negotiates it compresses every frame) and without it
+  with its own token, held by ``--receivers`` processes of their own (default 4; each a share
+  of the sockets on its own event loop, see ``harness/ws_receivers.py``), so the gateway keeps
+  its process and no one loop queues a thousand frames. One more socket, in this process,
+  pushes one delta at a time (``--pushes`` rounds, each after every socket got the previous
+  one). For every receiving socket: the time from the push's acknowledgement (and from sending
+  it) to the ``0x03`` frame, all read with ``time.monotonic_ns()`` as the bytes come off each
+  socket (``CLOCK_MONOTONIC``, one clock for the machine) — p50 and p99 over all deliveries,
+  and the median over rounds of each round's p50 and p99. Beside them, the **CPU seconds** the
+  gateway process (all its threads) and the receivers spent per round (``/proc/PID/stat``),
+  which another job on the machine disturbs far less than the latencies, and the 1-minute load
+  average before and after. Every size is measured with the client offering per-message
+  deflate (a gateway that negotiates it compresses every frame) and without it
   (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
@@ -22,10 +28,15 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   over ``POST /v1/sync/{gw}/action``, fresh and then again (duplicates, answered from the
   stored result).
 
-The figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms
-from acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS).
-Receive times are taken on the benchmark's one event loop, so at 1 000 sockets they include
-this process's own queueing behind the other sockets' frames.
+``--pin`` runs the gateway on the first CPU and the receivers and the pusher on the others, so
+the receivers never take the gateway's core (on two cores: one each); it holds for the whole
+run, so the throughput and action figures then come from a gateway on one core.
+``--fanout-only`` skips the last three measurements (their JSON keys are then null). The
+figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
+acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
+receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
+much about the other jobs as about the gateway, which the CPU per round and the load average
+show.
 
 Prints tables and writes ``benchmarks/results/realtime.json`` (``--out``).
 
@@ -33,12 +44,14 @@ Usage (from the repository root):
     .venv/bin/python benchmarks/bench_realtime.py                                   # ~3 min
     .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 --pushes 10 --idle 500 1000 \
         --throughput 100 --actions 100                                              # quick
+    .venv/bin/python benchmarks/bench_realtime.py --fanout 1000 --compression none --fanout-only
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import statistics
 import sys
@@ -58,6 +71,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from benchmarks.harness.snapshot import git_info
 from benchmarks.harness.stats import pct
+from benchmarks.harness.ws_receivers import Pusher, Receivers
 from lakesync_platform.core.actions import Action, ActionResult
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.hlc import encode
@@ -88,6 +102,7 @@ actions:
       notify: {description: Post to the hook}
 """
 GIB = 1 << 30
+TICK = os.sysconf("SC_CLK_TCK")
 
 
 def raise_open_files() -> int:
@@ -144,67 +159,64 @@ async def open_sockets(
                 raise failed
 
 
-class Round:
-    """Arrival times of the current round's broadcast, one per socket."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.times: list[float] = []
-        self.done = asyncio.Event()
-
-    def arrived(self, now: float) -> None:
-        self.times.append(now)
-        if len(self.times) == self.n:
-            self.done.set()
+def pin(pid: int, cpus: set[int]) -> None:
+    """Bind every thread of process ``pid`` to ``cpus`` (threads it starts later inherit it)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), cpus)
 
 
-async def receive(ws: ClientConnection, state: dict[str, Round]) -> None:
-    """Record when each broadcast arrives (one delta per round, so no need to decode it)."""
-    async for message in ws:
-        now = time.perf_counter()
-        if message[0] == TAG_BROADCAST:
-            state["round"].arrived(now)
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system, every thread, exited ones too) process ``pid`` has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
 
 
-async def fanout(proc: GatewayProcess, n: int, pushes: int, deflate: bool) -> dict[str, Any]:
-    """Latencies of ``pushes`` broadcasts to ``n`` sockets."""
+def fanout(
+    proc: GatewayProcess, receivers: Receivers, n: int, pushes: int, deflate: bool
+) -> dict[str, Any]:
+    """Latencies of ``pushes`` broadcasts to ``n`` sockets held by the receiver processes, and
+    the CPU the gateway and the receivers spent per round."""
+    assert proc.proc is not None
     gw = f"fanout{n}{'z' if deflate else 'p'}"
-    sockets: list[ClientConnection] = []
-    await open_sockets(proc, gw, [f"r{i}" for i in range(n)], sockets, deflate)
-    state = {"round": Round(n)}
-    tasks = [asyncio.create_task(receive(ws, state)) for ws in sockets]
+    paths = [f"/v1/sync/{gw}/ws?token={dev_token(f'r{i}', gw, SECRET)}" for i in range(n)]
+    receivers.open(paths, deflate)
     from_send: list[float] = []
     from_ack: list[float] = []
     round_p50: list[float] = []
     round_p99: list[float] = []
-    async with connect(socket_url(proc, gw, "pusher"), max_size=None) as pusher:
-        for k in range(pushes):
-            current = state["round"] = Round(n)
-            data = frame(
-                TAG_SYNC_PUSH, encode_sync_push("pusher", [make_delta("pusher", f"p{k}", k)], 0)
-            )
-            sent = time.perf_counter()
-            await pusher.send(data)
-            while True:
-                reply = await pusher.recv()
-                assert isinstance(reply, bytes)
-                if reply[0] != TAG_BROADCAST:
-                    break
-            acked = time.perf_counter()
-            try:
-                await asyncio.wait_for(current.done.wait(), 60)
-            except TimeoutError:
-                raise RuntimeError(
-                    f"round {k}: {len(current.times)} of {n} sockets got the broadcast"
-                ) from None
-            lat = [max(t - acked, 0.0) * 1000 for t in current.times]
-            from_ack += lat
-            from_send += [(t - sent) * 1000 for t in current.times]
-            round_p50.append(pct(lat, 50))
-            round_p99.append(pct(lat, 99))
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*(ws.close() for ws in sockets))
+    pid = proc.proc.pid
+    load = [os.getloadavg()[0]]
+    try:
+        pusher = Pusher(proc.port, f"/v1/sync/{gw}/ws?token={dev_token('pusher', gw, SECRET)}")
+        try:
+            gateway_cpu0 = cpu_seconds(pid)
+            receiver_cpu0 = sum(cpu_seconds(p) for p in receivers.pids)
+            for k in range(pushes):
+                row_id = f"{gw}-round-{k:05d}"
+                receivers.expect(row_id.encode())
+                data = frame(
+                    TAG_SYNC_PUSH,
+                    encode_sync_push("pusher", [make_delta("pusher", row_id, k)], 0),
+                )
+                sent = time.monotonic_ns()
+                pusher.send(data)
+                while True:
+                    reply, acked = pusher.recv()
+                    if reply[0] != TAG_BROADCAST:
+                        break
+                times = receivers.collect(60)
+                lat = [max(t - acked, 0) / 1e6 for t in times]
+                from_ack += lat
+                from_send += [(t - sent) / 1e6 for t in times]
+                round_p50.append(pct(lat, 50))
+                round_p99.append(pct(lat, 99))
+            gateway_cpu = cpu_seconds(pid) - gateway_cpu0
+            receiver_cpu = sum(cpu_seconds(p) for p in receivers.pids) - receiver_cpu0
+        finally:
+            pusher.close()
+    finally:
+        receivers.close_sockets()
+    load.append(os.getloadavg()[0])
     return {
         "sockets": n,
         "deflate": deflate,
@@ -216,6 +228,11 @@ async def fanout(proc: GatewayProcess, n: int, pushes: int, deflate: bool) -> di
             "p50": statistics.median(round_p50),
             "p99": statistics.median(round_p99),
         },
+        "gateway_cpu_ms_per_round": gateway_cpu * 1000 / pushes,
+        "gateway_cpu_us_per_delivery": gateway_cpu * 1e6 / max(len(from_send), 1),
+        "receivers_cpu_ms_per_round": receiver_cpu * 1000 / pushes,
+        "receivers": len(receivers.pids),
+        "load_average_1m": {"before": load[0], "after": load[1]},
     }
 
 
@@ -379,6 +396,9 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--pushes", type=int, default=30)
     parser.add_argument(
+        "--receivers", type=int, default=4, help="processes holding the fan-out sockets"
+    )
+    parser.add_argument(
         "--compression",
         choices=["both", "deflate", "none"],
         default="both",
@@ -387,6 +407,16 @@ def main() -> None:
     parser.add_argument("--idle", type=int, nargs="+", default=[1000, 2000, 5000, 10000])
     parser.add_argument("--throughput", type=int, default=500)
     parser.add_argument("--actions", type=int, default=300)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the gateway on the first CPU and the receivers and pusher on the others",
+    )
+    parser.add_argument(
+        "--fanout-only",
+        action="store_true",
+        help="measure the broadcast latency only (no idle sockets, throughput or actions)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "realtime.json")
     args = parser.parse_args()
     modes = {"both": [True, False], "deflate": [True], "none": [False]}[args.compression]
@@ -412,25 +442,57 @@ def main() -> None:
             ],
             env={"HOOK_PORT": str(port)},
         ).start()
+        receivers = None
+        held: list[dict[str, Any]] = []
+        http_rate = ws_rate = float("nan")
+        acts: dict[str, dict[str, float]] = {}
         try:
+            receivers = Receivers(args.receivers, proc.port)
+            if args.pin:
+                cpus = sorted(os.sched_getaffinity(0))
+                assert proc.proc is not None and len(cpus) > 1, "--pin needs two CPUs"
+                pin(proc.proc.pid, {cpus[0]})
+                for pid in [os.getpid(), *receivers.pids]:
+                    pin(pid, set(cpus[1:]))
+                log(f"gateway pinned to CPU {cpus[0]}, receivers and pusher to {cpus[1:]}")
             fan = []
             for n in args.fanout:
                 for deflate in modes:
                     log(f"fan-out to {n} sockets (deflate {deflate}), {args.pushes} pushes")
-                    fan.append(asyncio.run(fanout(proc, n, args.pushes, deflate)))
-            log(f"idle sockets in steps {args.idle}")
-            held = asyncio.run(idle(proc, args.idle))
-            log(f"push throughput, {args.throughput} pushes each way")
-            http_rate = http_throughput(proc, args.throughput)
-            ws_rate = asyncio.run(ws_throughput(proc, args.throughput))
-            log(f"actions, {args.actions} each way, fresh then duplicate")
-            acts = bench_actions(proc, args.actions)
+                    fan.append(fanout(proc, receivers, n, args.pushes, deflate))
+                    f = fan[-1]
+                    log(
+                        f"  p50 {f['from_ack_ms']['p50']:.1f} ms, p99 {f['from_ack_ms']['p99']:.1f}"
+                        f" ms, gateway CPU {f['gateway_cpu_ms_per_round']:.1f} ms per round,"
+                        f" load {f['load_average_1m']['after']:.2f}"
+                    )
+            receivers.stop()
+            if not args.fanout_only:
+                log(f"idle sockets in steps {args.idle}")
+                held = asyncio.run(idle(proc, args.idle))
+                log(f"push throughput, {args.throughput} pushes each way")
+                http_rate = http_throughput(proc, args.throughput)
+                ws_rate = asyncio.run(ws_throughput(proc, args.throughput))
+                log(f"actions, {args.actions} each way, fresh then duplicate")
+                acts = bench_actions(proc, args.actions)
         finally:
+            if receivers is not None:
+                receivers.stop()
             proc.stop()
 
     print(
         table(
-            ["sockets", "deflate", "p50 ack ms", "p99 ack ms", "round p50", "round p99"],
+            [
+                "sockets",
+                "deflate",
+                "p50 ack ms",
+                "p99 ack ms",
+                "round p50",
+                "round p99",
+                "gw CPU ms/round",
+                "gw CPU µs/frame",
+                "load",
+            ],
             [
                 [
                     f["sockets"],
@@ -439,55 +501,67 @@ def main() -> None:
                     round(f["from_ack_ms"]["p99"], 2),
                     round(f["round_median_from_ack_ms"]["p50"], 2),
                     round(f["round_median_from_ack_ms"]["p99"], 2),
+                    round(f["gateway_cpu_ms_per_round"], 2),
+                    round(f["gateway_cpu_us_per_delivery"], 1),
+                    round(f["load_average_1m"]["after"], 2),
                 ]
                 for f in fan
             ],
         )
     )
-    print()
-    print(
-        table(
-            ["idle sockets", "gateway RSS MiB"],
-            [
-                [h["connections"], round(h["rss_bytes"] / 2**20) if "rss_bytes" in h else "-"]
-                for h in held
-            ],
+    if not args.fanout_only:
+        print()
+        print(
+            table(
+                ["idle sockets", "gateway RSS MiB"],
+                [
+                    [h["connections"], round(h["rss_bytes"] / 2**20) if "rss_bytes" in h else "-"]
+                    for h in held
+                ],
+            )
         )
-    )
+        print()
+        print(
+            table(
+                ["transport", "pushes/s"],
+                [["WebSocket", round(ws_rate)], ["HTTP", round(http_rate)]],
+            )
+        )
+        print()
+        print(
+            table(
+                ["actions", "per s", "p50 ms", "p99 ms"],
+                [
+                    [k, round(v["per_s"]), round(v["p50_ms"], 2), round(v["p99_ms"], 2)]
+                    for k, v in acts.items()
+                ],
+            )
+        )
     ten_k = [h for h in held if h["connections"] >= 10_000 and "rss_bytes" in h]
-    print()
-    print(
-        table(
-            ["transport", "pushes/s"], [["WebSocket", round(ws_rate)], ["HTTP", round(http_rate)]]
-        )
-    )
-    print()
-    print(
-        table(
-            ["actions", "per s", "p50 ms", "p99 ms"],
-            [
-                [k, round(v["per_s"]), round(v["p50_ms"], 2), round(v["p99_ms"], 2)]
-                for k, v in acts.items()
-            ],
-        )
-    )
     out = write_json(
         args.out,
         {
             "benchmark": "realtime",
             "open_files_limit": open_files,
+            "load_average": list(os.getloadavg()),
+            "pinned": args.pin,
             "fanout": fan,
+            # Skipped parts (--fanout-only) are null.
             "idle": {
                 "steps": held,
                 "reached": max(h["connections"] for h in held),
                 "ten_thousand_within_1_gib": bool(ten_k) and ten_k[0]["rss_bytes"] <= GIB,
-            },
+            }
+            if held
+            else None,
             "push_throughput": {
                 "websocket_per_s": ws_rate,
                 "http_per_s": http_rate,
                 "pushes": args.throughput,
-            },
-            "actions": {"count": args.actions, **acts},
+            }
+            if held
+            else None,
+            "actions": {"count": args.actions, **acts} if acts else None,
             "git": git_info(),
         },
     )

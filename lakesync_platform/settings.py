@@ -28,9 +28,11 @@ __all__ = [
     "DEFAULT_ACTION_RETENTION_S",
     "DEFAULT_ACTION_TIMEOUT_S",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_DEDUP_RETENTION_S",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
     "DEFAULT_SPARK_MASTER",
+    "DEFAULT_WAL_RETENTION_S",
     "ENV_ACTION_LEASE_SECONDS",
     "ENV_ACTION_RETENTION_SECONDS",
     "ENV_ACTION_TIMEOUT_SECONDS",
@@ -45,6 +47,7 @@ __all__ = [
     "ENV_BACKLOG_BYTES",
     "ENV_CATALOG_URI",
     "ENV_DATA_DIR",
+    "ENV_DEDUP_RETENTION_SECONDS",
     "ENV_DEFS_DIR",
     "ENV_JAR_DIR",
     "ENV_JWT_SECRET",
@@ -53,12 +56,15 @@ __all__ = [
     "ENV_MAX_BACKLOG_BYTES",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
+    "ENV_WAL_RETENTION_ENTRIES",
+    "ENV_WAL_RETENTION_SECONDS",
     "ENV_WAL_URL",
     "ENV_WAREHOUSE",
     "DataLayout",
     "GatewaySettings",
     "ObjectStoreSettings",
     "PipelineSettings",
+    "RetentionSettings",
 ]
 
 # ---------------------------------------------------------------- environment variable names
@@ -91,6 +97,9 @@ ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
 ENV_ACTION_TIMEOUT_SECONDS = "LAKESYNC_ACTION_TIMEOUT_SECONDS"
 ENV_ACTION_LEASE_SECONDS = "LAKESYNC_ACTION_LEASE_SECONDS"
 ENV_ACTION_RETENTION_SECONDS = "LAKESYNC_ACTION_RETENTION_SECONDS"
+ENV_WAL_RETENTION_SECONDS = "LAKESYNC_WAL_RETENTION_SECONDS"
+ENV_WAL_RETENTION_ENTRIES = "LAKESYNC_WAL_RETENTION_ENTRIES"
+ENV_DEDUP_RETENTION_SECONDS = "LAKESYNC_DEDUP_RETENTION_SECONDS"
 
 # ---------------------------------------------------------------- defaults
 
@@ -108,6 +117,10 @@ DEFAULT_ACTION_LEASE_S = 120.0
 """How long an action's claim holds before a retry may take it over (its process crashed)."""
 DEFAULT_ACTION_RETENTION_S = 86_400.0
 """How long action results are kept for retries (a day)."""
+DEFAULT_WAL_RETENTION_S = 86_400.0
+"""How long the hot WAL keeps log entries the lake already holds (a day)."""
+DEFAULT_DEDUP_RETENTION_S = 30 * 86_400.0
+"""How long accepted delta ids are remembered, by the deltas' HLC (30 days)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +270,58 @@ class ObjectStoreSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """What the lifecycle job keeps in the hot WAL (docs/pipeline.md, "Hot WAL retention").
+
+    A log entry the lake holds is trimmed once it breaks either limit, as Kafka's retention
+    does: older than ``wal_age_s`` seconds, or not among the newest ``wal_entries`` entries of
+    its gateway (``None``: no count limit). Accepted delta ids of deltas stamped more
+    than ``dedup_age_s`` ago are forgotten. ``batch`` entries or ids go per transaction.
+    """
+
+    wal_age_s: float = DEFAULT_WAL_RETENTION_S
+    wal_entries: int | None = None
+    dedup_age_s: float = DEFAULT_DEDUP_RETENTION_S
+    # 2 000 per transaction: on SQLite a batch of 2 000 entries held the writer lock ~3 ms (5 000:
+    # ~13 ms, 1 000: ~2.3 ms) against ~10-20 ms for a 500-delta push (benchmarks/bench_tiering.py).
+    batch: int = 2_000
+
+    def __post_init__(self) -> None:
+        if not self.wal_age_s >= 0 or not self.dedup_age_s >= 0:
+            raise ValueError("retention ages must be >= 0 seconds")
+        if self.wal_entries is not None and self.wal_entries < 0:
+            raise ValueError("the WAL's entry retention must be >= 0")
+        if self.batch < 1:
+            raise ValueError("the trim batch must be at least 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RetentionSettings:
+        """``LAKESYNC_WAL_RETENTION_SECONDS``, ``LAKESYNC_WAL_RETENTION_ENTRIES`` and
+        ``LAKESYNC_DEDUP_RETENTION_SECONDS`` of ``env`` (unset: the defaults)."""
+        age = env.get(ENV_WAL_RETENTION_SECONDS)
+        entries = env.get(ENV_WAL_RETENTION_ENTRIES)
+        dedup = env.get(ENV_DEDUP_RETENTION_SECONDS)
+        count: int | None = None
+        if entries:
+            try:
+                count = int(entries)
+            except ValueError:
+                count = -1
+            if count < 0:
+                raise ValueError(
+                    f"{ENV_WAL_RETENTION_ENTRIES} must be a whole number of entries (>= 0), "
+                    f"got {entries!r}"
+                )
+        return cls(
+            wal_age_s=_seconds(ENV_WAL_RETENTION_SECONDS, age) if age else DEFAULT_WAL_RETENTION_S,
+            wal_entries=count,
+            dedup_age_s=_seconds(ENV_DEDUP_RETENTION_SECONDS, dedup)
+            if dedup
+            else DEFAULT_DEDUP_RETENTION_S,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineSettings:
     """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
 
@@ -282,6 +347,7 @@ class PipelineSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     best_effort_attempts: int = 3
     best_effort_wait_s: float = 0.5
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
     @property
     def layout(self) -> DataLayout:
@@ -331,6 +397,7 @@ class PipelineSettings:
             if lock_timeout
             else DEFAULT_LOCK_TIMEOUT_SECONDS,
             env=dict(env),
+            retention=RetentionSettings.from_env(env),
         )
 
 

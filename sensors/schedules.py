@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-__all__ = ["build_sync_schedule"]
+__all__ = ["build_lifecycle_schedule", "build_sync_schedule"]
 
 
 def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
@@ -13,4 +13,16 @@ def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.Schedul
         cron_schedule=cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Periodic flush + state + materialise (catches small, old backlogs).",
+    )
+
+
+def build_lifecycle_schedule(job_name: str, cron: str = "17 * * * *") -> dg.ScheduleDefinition:
+    """Run the lifecycle job ``job_name`` on ``cron`` (default hourly, off the quarter hours of
+    the sync schedule)."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Trim the hot WAL of what the lake holds; move old destination rows to cold.",
     )

@@ -138,7 +138,10 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector"]))
+@click.argument(
+    "stage",
+    type=click.Choice(["flush", "state", "materialise", "connector", "trim", "lifecycle"]),
+)
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
@@ -165,6 +168,10 @@ def run(
 
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
     may be left out when only one gateway has a connector of that name).
+
+    ``trim`` trims the hot WAL of what the lake holds (LAKESYNC_WAL_RETENTION_SECONDS,
+    LAKESYNC_WAL_RETENTION_ENTRIES, LAKESYNC_DEDUP_RETENTION_SECONDS); ``lifecycle`` trims and
+    then moves old rows of destinations with a lifecycle block to their cold tier.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -256,6 +263,12 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
 
     if stage == "flush":
         return [run_flush(ctx, gw)]
+    if stage in ("trim", "lifecycle"):
+        from ..pipeline.lifecycle import run_trim
+        from ..pipeline.tiering import run_tiering
+
+        trimmed: list[StageResult] = [run_trim(ctx, gw)]
+        return trimmed + list(run_tiering(ctx, gw)) if stage == "lifecycle" else trimmed
     if stage == "state":
         return list(run_state(ctx, gw))
     done = run_materialise(ctx, gw)

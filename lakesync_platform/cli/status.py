@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,6 +12,9 @@ from ..core.errors import LakeSyncError
 from ..settings import ENV_WAL_URL, DataLayout
 from .checks import NotReady, embedded_wal_file, require_data_dir
 from .options import data_dir_option
+
+if TYPE_CHECKING:
+    from ..wal.store import WriteAheadLog
 
 __all__ = ["status"]
 
@@ -50,5 +54,20 @@ def status(data_dir: Path, wal_url: str | None, gw: str | None) -> None:
                 f"backlog={s.backlog_entries} entries/{s.backlog_bytes} bytes "
                 f"rows={s.row_count} live={s.live_rows}"
             )
+        if ids:
+            _hot_wal(wal, ids)
     finally:
         wal.close()
+
+
+def _hot_wal(wal: WriteAheadLog, ids: list[str]) -> None:
+    """The hot WAL's section: its size on disk, and per gateway its floor (entries at or
+    below it were trimmed: the lake holds them) and the entries it still holds."""
+    from ..pipeline.report import number
+
+    used = wal.storage()
+    free = "" if used.free_bytes is None else f" ({number(used.free_bytes)} bytes free)"
+    click.echo(f"hot WAL: {number(used.bytes)} bytes on disk{free}")
+    for gid in ids:
+        s = wal.stats(gid)
+        click.echo(f"  {gid}: floor={s.log_floor} entries={s.log_entries}")

@@ -43,6 +43,7 @@ __all__ = [
     "RowWrite",
     "StoredRow",
     "WalEntry",
+    "WalStorage",
     "WalStore",
     "decode_columns",
     "encode_columns",
@@ -131,6 +132,19 @@ class GatewayStats:
     backlog_bytes: int
     row_count: int
     live_rows: int
+    log_entries: int = 0
+    log_floor: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WalStorage:
+    """What the WAL's database takes: ``bytes`` on disk (SQLite: the database file and its
+    ``-wal`` journal; PostgreSQL: the WAL's tables with their indexes and TOAST) and, of those,
+    ``free_bytes`` kept for reuse (SQLite's free pages; ``None`` where the database does not
+    say)."""
+
+    bytes: int
+    free_bytes: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,8 +309,39 @@ class WalStore(Protocol):
         """Record that the lake holds every entry up to ``cursor`` (never moves backwards)."""
         ...
 
-    def trim(self, gw: str, up_to: int) -> int:
-        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
+        """Delete log entries with cursor ≤ ``up_to`` that are in the lake (at or below the
+        flush watermark) — with ``before_ms``, only the oldest run of them ingested before it —
+        in transactions of at most ``batch`` entries (pushes go on between them); move the
+        log's floor to the last trimmed cursor; return how many were deleted."""
+        ...
+
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
+        """Forget the accepted ``deltaId``s of deltas stamped before ``before_hlc`` (the dedup
+        horizon moves there), in transactions of at most ``batch``; return how many."""
+        ...
+
+    def log_floor(self, gw: str) -> int:
+        """The cursor up to which the log was trimmed (0: never): entries at or below it are
+        gone from the WAL and live in the lake only."""
+        ...
+
+    def dedup_horizon(self, gw: str) -> int:
+        """The HLC before which accepted ids may have been forgotten (0: none were)."""
+        ...
+
+    def cursor_keeping(self, gw: str, entries: int) -> int:
+        """The highest cursor that leaves the newest ``entries`` log entries above it (0 when
+        the log holds no more than that)."""
+        ...
+
+    def storage(self) -> WalStorage:
+        """What the whole WAL database takes on disk (every gateway)."""
+        ...
+
+    def reclaim(self) -> None:
+        """Make the space of trimmed entries and ids reusable now (PostgreSQL: ``VACUUM`` of
+        those tables, which blocks no reader or writer; elsewhere nothing to do)."""
         ...
 
     def stats(self, gw: str) -> GatewayStats:

@@ -9,6 +9,8 @@ Dagster's step lines::
     materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
     connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
     connector demo/crm: 4 000 records, 4 000 INSERT in 2.1 s; stopped: quota reached (…)
+    trim demo: 10 000 entries, 9 800 delta ids; WAL floor 12 000, 2 345 left, 18.2 MB in 0.4 s
+    tier demo hot → archive.todos: 120 rows moved (0 kept hot, 0 released) in 0.2 s
 
 The JSON document is ``{"stage": …, "ok": …, "seconds": …, "results": [{"kind": …, …}], "error":
 {"code", "message"} | null}``, each result being the stage's result record as is.
@@ -26,10 +28,12 @@ from ..core.errors import LakeSyncError
 from ..spark.flush import FlushResult
 from ..spark.materialise import MaterialiseResult
 from ..spark.state import StateResult
+from .lifecycle import TrimResult
+from .tiering import TierResult
 
 __all__ = ["StageResult", "describe", "json_document", "number"]
 
-StageResult = FlushResult | StateResult | MaterialiseResult | RunReport
+StageResult = FlushResult | StateResult | MaterialiseResult | RunReport | TrimResult | TierResult
 """One result of a pipeline stage (a connector's poll included)."""
 
 
@@ -67,6 +71,18 @@ def describe(result: StageResult) -> str:
             used = f" ({number(quota['used'])}/{number(quota['limit'])} API calls used today)"
             line += f"; stopped: {result.stopped}" + (used if quota.get("limit") else "")
         return line
+    if isinstance(result, TrimResult):
+        return (
+            f"trim {result.gateway_id}: {number(result.entries_trimmed)} entries, "
+            f"{number(result.ids_trimmed)} delta ids; WAL floor {number(result.log_floor)}, "
+            f"{number(result.log_entries)} left, {_size(result.wal_bytes)} {took}"
+        )
+    if isinstance(result, TierResult):
+        return (
+            f"tier {result.gateway_id} {result.destination} → {result.cold}.{result.table}: "
+            f"{number(result.moved)} rows moved ({number(result.kept)} kept hot, "
+            f"{number(result.released)} released) {took}"
+        )
     if isinstance(result, FlushResult):
         head = f"flush {result.gateway_id}"
         if result.empty:
@@ -104,6 +120,8 @@ def json_document(
         StateResult: "state",
         MaterialiseResult: "materialise",
         RunReport: "connector",
+        TrimResult: "trim",
+        TierResult: "tier",
     }
     doc: dict[str, Any] = {
         "stage": stage,

@@ -9,10 +9,10 @@ Running twice, or after a crash, applies the same rows again: the result is the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..adapters.destination import Destination
 from ..core.delta import check_identifier
@@ -24,10 +24,25 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
+__all__ = ["ColdTier", "MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
 
 _BATCH = 50_000
 TxT = TypeVar("TxT")
+TxC = TypeVar("TxC", contravariant=True)
+
+
+class ColdTier(Protocol[TxC]):
+    """The cold tier of a destination table (:class:`~lakesync_platform.adapters.tiers.SqlTier`):
+    rows a run changes are promoted back to the hot table inside its transaction, and released
+    from the cold one once it committed — so a changed row lives in the hot tier only."""
+
+    def promote(self, conn: TxC, row_ids: Sequence[str]) -> int:
+        """Copy the cold rows among ``row_ids`` that the hot table lacks into it (in ``conn``)."""
+        ...
+
+    def release(self) -> int:
+        """Delete the promoted rows' cold copies (after the hot commit)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,10 +125,13 @@ def materialise_table(
     catalog: Catalog | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
+    tier: ColdTier[TxT] | None = None,
 ) -> MaterialiseResult:
     """Apply the state rows of ``schema`` changed since ``destination``'s watermark.
 
     ``catalog``: a pyiceberg catalog over the same lake to read the rows with (else Spark).
+    ``tier``: the table's cold tier (a destination with a ``lifecycle``): changed rows that
+    went cold are promoted back first, and released from the cold tier after the commit.
     """
     import pyarrow.compute as pc
 
@@ -145,6 +163,8 @@ def materialise_table(
             empty = created or (mark == 0 and destination.is_empty(conn, dest))
             for offset in range(0, changed.num_rows, _BATCH):
                 batch = changed.slice(offset, _BATCH)
+                if tier is not None and not empty:
+                    tier.promote(conn, batch.column("row_id").to_pylist())
                 live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
                 upserted += destination.upsert_arrow(
                     conn, schema, live, synced_at, dest, empty_target=empty
@@ -154,6 +174,8 @@ def materialise_table(
                     ids = dead.column("row_id").to_pylist()
                     deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
             destination.set_watermark(conn, key, top, expected=mark)
+    if tier is not None:
+        tier.release()
     return MaterialiseResult(
         gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
     )

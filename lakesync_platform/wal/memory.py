@@ -38,6 +38,7 @@ from ..core.wal import (
     RowRecord,
     StoredRow,
     WalEntry,
+    WalStorage,
     decode_columns,
 )
 
@@ -68,6 +69,8 @@ class _Gateway:
     entries: list[WalEntry] = field(default_factory=list)
     delta_ids: set[tuple[int, str]] = field(default_factory=set)
     rows: dict[str, _Row] = field(default_factory=dict)
+    log_floor: int = 0
+    ids_below_hlc: int = 0
 
 
 @dataclass
@@ -211,17 +214,67 @@ class MemoryWal:
             )
             g.flush_watermark = cursor
 
-    def trim(self, gw: str, up_to: int) -> int:
-        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
+        """Delete entries in the lake with cursor ≤ ``up_to`` (with ``before_ms``: the oldest
+        run ingested before it); move the floor; return how many."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
         with self._lock:
             g = self._gateways.get(gw)
             if g is None:
                 return 0
             bound = min(up_to, g.flush_watermark)
-            kept = [e for e in g.entries if e.cursor > bound]
-            trimmed = len(g.entries) - len(kept)
-            g.entries = kept
-            return trimmed
+            cut = 0
+            while cut < len(g.entries) and g.entries[cut].cursor <= bound:
+                if before_ms is not None and g.entries[cut].ingest_ms >= before_ms:
+                    break
+                cut += 1
+            if cut:
+                g.log_floor = max(g.log_floor, g.entries[cut - 1].cursor)
+                del g.entries[:cut]
+            return cut
+
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
+        """Forget the ids of deltas stamped before ``before_hlc``; return how many."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        with self._lock:
+            g = self._gateways.get(gw)
+            if g is None:
+                return 0
+            old = {pair for pair in g.delta_ids if pair[0] < before_hlc}
+            g.delta_ids -= old
+            g.ids_below_hlc = max(g.ids_below_hlc, before_hlc)
+            return len(old)
+
+    def log_floor(self, gw: str) -> int:
+        """The cursor up to which the log was trimmed (0: never)."""
+        with self._lock:
+            g = self._gateways.get(gw)
+            return 0 if g is None else g.log_floor
+
+    def dedup_horizon(self, gw: str) -> int:
+        """The HLC before which accepted ids may have been forgotten (0: none were)."""
+        with self._lock:
+            g = self._gateways.get(gw)
+            return 0 if g is None else g.ids_below_hlc
+
+    def cursor_keeping(self, gw: str, entries: int) -> int:
+        """The highest cursor that leaves the newest ``entries`` log entries above it."""
+        if entries < 0:
+            raise ValueError("entries must be >= 0")
+        with self._lock:
+            g = self._gateways.get(gw)
+            if g is None or len(g.entries) <= entries:
+                return 0
+            return g.entries[len(g.entries) - entries - 1].cursor
+
+    def storage(self) -> WalStorage:
+        """Nothing on disk."""
+        return WalStorage(0, None)
+
+    def reclaim(self) -> None:
+        """Nothing to reclaim: trimmed entries are gone with their list items."""
 
     def stats(self, gw: str) -> GatewayStats:
         """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
@@ -238,6 +291,8 @@ class MemoryWal:
                 g.appended_bytes - g.flushed_bytes,
                 len(g.rows),
                 sum(1 for r in g.rows.values() if r.live),
+                len(g.entries),
+                g.log_floor,
             )
 
     def oldest_unflushed_ms(self, gw: str) -> int | None:

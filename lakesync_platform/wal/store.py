@@ -5,7 +5,8 @@ of gateway ids, isolated by key, from cohesive parts:
 
 * :mod:`.append` — the push transaction (claim ids, load rows, write the sync engine's plan),
   run by :mod:`.group_commit`;
-* :mod:`.log` — reading entries, cursors, the flush watermark, trimming, counters;
+* :mod:`.log` — reading entries, cursors, the flush watermark, counters;
+* :mod:`.trim` — trimming what the lake holds (entries, old delta ids), the floor, the footprint;
 * :mod:`.rows` — row state, what each client holds, pull bookkeeping;
 * :mod:`.config` — schemas, sync rules, known columns;
 * :mod:`.connectors` — registered connectors and their per-stream state;
@@ -35,12 +36,13 @@ from .flush_requests import SqlFlushRequests
 from .group_commit import GroupCommitter
 from .log import SqlLog
 from .sqlite import SERVER_MEMORY, SqliteMemory
+from .trim import SqlTrim
 
 __all__ = ["WriteAheadLog"]
 
 
 class WriteAheadLog(
-    SqlAppend, SqlLog, SqlConfigStore, SqlConnectorStore, SqlFlushRequests, SqlActions
+    SqlAppend, SqlLog, SqlTrim, SqlConfigStore, SqlConnectorStore, SqlFlushRequests, SqlActions
 ):
     """The accepted-change log, row state, delivery state, config store, flush requests and
     action results of every gateway, and its connectors, in one SQL database."""
