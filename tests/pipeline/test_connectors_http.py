@@ -202,38 +202,38 @@ def test_the_dagster_job_polls_a_connector_registered_at_runtime_and_checks_its_
     for key, value in settings.items():
         monkeypatch.setenv(key, value)
     defs = build_definitions(settings)
-    instance = dg.DagsterInstance.ephemeral()
-    body = _crm(org, objects=["Account", "Lead"], censusEvery=1)
-    wal.save_connector(gw, parse_connector_config(body))  # as the admin route does
-    key = connector_key(gw, "crm")
-    instance.add_dynamic_partitions(CONNECTOR_PARTITIONS.name or "", [key])
-    result = defs.resolve_job_def(CONNECTOR_JOB).execute_in_process(
-        instance=instance, partition_key=key
-    )
-    assert result.success
-    [mat] = result.asset_materializations_for_node("lakesync_connectors")
-    meta = {k: v.value for k, v in mat.metadata.items()}
-    assert meta["records_fetched"] == 2 and meta["deltas"] == {"INSERT": 2}
-    # per object: describe, COUNT() (a bulk load?), queryAll; the census: a query per object
-    assert meta["api_calls"] == org.api_used == 8
-    assert meta["quota"] == {"used": 8, "limit": 15_000, "share": 0.0005, "budget": 0.8}
-    census = meta["census"]
-    assert census["ranThisRun"] and census["last"]["sourceIds"] == 2
-    [check] = result.get_asset_check_evaluations()
-    assert check.check_name == "census_consistent" and check.passed
-    assert check.description == (
-        "census of run 1: 2 ids at the source, 0 vanished and deleted, none missing"
-    )
-    org.purge("Lead", lead)  # emptied from the recycle bin: only the census can tell
-    again = defs.resolve_job_def(CONNECTOR_JOB).execute_in_process(
-        instance=instance, partition_key=key
-    )
-    [mat] = again.asset_materializations_for_node("lakesync_connectors")
-    assert mat.metadata["deltas"].value == {"DELETE": 1}
-    assert mat.metadata["census"].value["last"]["knownIds"] == 2  # the known table, promoted
-    [check] = again.get_asset_check_evaluations()
-    assert check.passed and "1 vanished and deleted" in (check.description or "")
-    assert [e.op for e in wal.read_entries(gw, 0)] == ["INSERT", "INSERT", "DELETE"]
+    with dg.DagsterInstance.ephemeral() as instance:  # disposed: its temporary folder
+        body = _crm(org, objects=["Account", "Lead"], censusEvery=1)
+        wal.save_connector(gw, parse_connector_config(body))  # as the admin route does
+        key = connector_key(gw, "crm")
+        instance.add_dynamic_partitions(CONNECTOR_PARTITIONS.name or "", [key])
+        result = defs.resolve_job_def(CONNECTOR_JOB).execute_in_process(
+            instance=instance, partition_key=key
+        )
+        assert result.success
+        [mat] = result.asset_materializations_for_node("lakesync_connectors")
+        meta = {k: v.value for k, v in mat.metadata.items()}
+        assert meta["records_fetched"] == 2 and meta["deltas"] == {"INSERT": 2}
+        # per object: describe, COUNT() (a bulk load?), queryAll; the census: a query per object
+        assert meta["api_calls"] == org.api_used == 8
+        assert meta["quota"] == {"used": 8, "limit": 15_000, "share": 0.0005, "budget": 0.8}
+        census = meta["census"]
+        assert census["ranThisRun"] and census["last"]["sourceIds"] == 2
+        [check] = result.get_asset_check_evaluations()
+        assert check.check_name == "census_consistent" and check.passed
+        assert check.description == (
+            "census of run 1: 2 ids at the source, 0 vanished and deleted, none missing"
+        )
+        org.purge("Lead", lead)  # emptied from the recycle bin: only the census can tell
+        again = defs.resolve_job_def(CONNECTOR_JOB).execute_in_process(
+            instance=instance, partition_key=key
+        )
+        [mat] = again.asset_materializations_for_node("lakesync_connectors")
+        assert mat.metadata["deltas"].value == {"DELETE": 1}
+        assert mat.metadata["census"].value["last"]["knownIds"] == 2  # the known table, promoted
+        [check] = again.get_asset_check_evaluations()
+        assert check.passed and "1 vanished and deleted" in (check.description or "")
+        assert [e.op for e in wal.read_entries(gw, 0)] == ["INSERT", "INSERT", "DELETE"]
 
 
 def test_a_poll_killed_mid_run_and_run_again_leaves_every_record_exactly_once(
