@@ -16,11 +16,15 @@ adapts its :class:`IdComparison`):
    from the lake's change log (what a WAL trimmed by its retention no longer holds); known
    ids missing from the sweep *vanished* (deleted at the source), streamed to the driver a
    partition at a time; sweep ids that are not known are *missing* (counted);
-3. :meth:`~IdCensus.promote` — once the WAL committed the deletes, the staging table replaces
+3. :meth:`~IdCensus.promote` — once the WAL committed the deletes, the staging table becomes
    the known table, ``known-through`` set to the WAL cursor taken before this run's polls
    (ids appended after it are read again next time: a larger known set costs nothing, as
-   deleting a row that is not live appends nothing). A run that dies before promoting
-   compares the old known set again.
+   deleting a row that is not live appends nothing). Catalog operations only, no data
+   rewritten: the staging table gets the property, the old known table is dropped (purged)
+   and the staging table renamed. A run that dies before promoting compares the old known
+   set again; one that dies between the drop and the rename has no known table, and the next
+   census takes every id the connector ever appended (the WAL and the lake hold them all) —
+   larger, never smaller, than the truth.
 
 Why Spark: like the ``diff`` strategy (:mod:`.connector_diff`), both sides hold every id of
 the source (a million in a large org); Spark joins them spilling to disk.
@@ -34,7 +38,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.delta import check_identifier
-from .connector_diff import promote_staging
 from .layout import deltas_table, namespace, q, table_exists
 from .wal_source import JdbcSource, read_ingested_ids
 
@@ -138,7 +141,12 @@ class IdCensus:
 
     def promote(self) -> None:
         """The sweep becomes the known ids, complete through this run's starting cursor."""
-        promote_staging(self.spark, self.known_table, self.staging, {KNOWN_THROUGH: str(self.head)})
         if self._known is not None:
             self._known.unpersist()
             self._known = None
+        self.spark.sql(
+            f"ALTER TABLE {self.staging} SET TBLPROPERTIES ('{KNOWN_THROUGH}'='{int(self.head)}')"
+        )
+        self.spark.sql(f"DROP TABLE IF EXISTS {self.known_table} PURGE")
+        name = self.known_table.split(".", 1)[1]  # RENAME TO names the table within the catalog
+        self.spark.sql(f"ALTER TABLE {self.staging} RENAME TO {name}")

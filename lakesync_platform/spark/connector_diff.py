@@ -14,7 +14,7 @@ Why Spark: the comparison touches every row of both sides (a million rows in a p
 spills the join to disk and keeps the driver's memory to one partition of *changes*.
 
 The delete census of the HTTP sources (:mod:`.connector_census`) compares id lists the same
-way, with the same staging-then-:func:`promote_staging` discipline.
+way: a staging table, a comparison, and the staging table kept only once the WAL committed.
 """
 
 from __future__ import annotations
@@ -46,17 +46,10 @@ def snapshot_table(gw: str, connector: str, table: str, suffix: str = "") -> str
     return f"{namespace(gw)}.{q(f'_ls_snapshot__{connector}__{table}{suffix}')}"
 
 
-def promote_staging(
-    spark: SparkSession, target: str, staging: str, properties: dict[str, str] | None = None
-) -> None:
-    """Replace ``target`` by ``staging`` (one atomic Iceberg ``REPLACE TABLE … AS SELECT``,
-    with table ``properties``), then drop ``staging``. Call once the WAL committed every change
-    the comparison gave."""
-    props = ""
-    if properties:
-        pairs = ", ".join(f"'{k}'='{v}'" for k, v in sorted(properties.items()))
-        props = f" TBLPROPERTIES ({pairs})"
-    spark.sql(f"CREATE OR REPLACE TABLE {target} USING iceberg{props} AS SELECT * FROM {staging}")
+def promote_staging(spark: SparkSession, target: str, staging: str) -> None:
+    """Replace ``target`` by ``staging`` (one atomic Iceberg ``REPLACE TABLE … AS SELECT``),
+    then drop ``staging``. Call once the WAL committed every change the comparison gave."""
+    spark.sql(f"CREATE OR REPLACE TABLE {target} USING iceberg AS SELECT * FROM {staging}")
     spark.sql(f"DROP TABLE IF EXISTS {staging}")
 
 
