@@ -33,14 +33,24 @@ from lakesync_platform.settings import (
     PipelineSettings,
 )
 from resources.lakesync import LakeSyncResource
-from resources.sync_runs import sync_job_name
+from resources.sync_runs import checkpoint_job_name, lifecycle_job_name, sync_job_name
+from resources.upkeep_runs import upkeep_job_name
 from sensors.backlog import build_backlog_sensor
+from sensors.checkpoints import build_checkpoint_sensor
 from sensors.connectors import build_connector_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
-from sensors.schedules import build_sync_schedule
+from sensors.schedules import (
+    build_checkpoint_schedule,
+    build_lifecycle_schedule,
+    build_sync_schedule,
+    build_upkeep_schedule,
+)
 
+from .checkpoint_assets import build_checkpoint_defs
 from .connector_assets import build_connector_defs
 from .gateway_assets import build_gateway_defs
+from .lifecycle_assets import build_lifecycle_defs
+from .upkeep_assets import build_upkeep_defs
 
 __all__ = ["build_definitions", "defs", "lakesync_resource"]
 
@@ -87,19 +97,37 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
     try:
         tables = _known_tables(ctx)
         destinations = {gw: ctx.destinations(gw) for gw in tables}
+        upkeep_cron = ctx.settings.upkeep.cron
     finally:
         ctx.close()
     per_gateway: list[dg.Definitions] = []
     for gw in sorted(tables):
         job_name = sync_job_name(gw)
-        per_gateway.append(build_gateway_defs(gw, tables[gw], destinations[gw]))
+        hot = {n: d for n, d in destinations[gw].items() if d.role != "cold"}  # cold: lifecycle's
+        per_gateway.append(build_gateway_defs(gw, tables[gw], hot))
+        per_gateway.append(build_lifecycle_defs(gw, list(tables[gw]), destinations[gw]))
         per_gateway.append(
             dg.Definitions(
                 sensors=[
                     build_backlog_sensor(gw, job_name),
                     build_flush_request_sensor(gw, job_name),
                 ],
-                schedules=[build_sync_schedule(job_name)],
+                schedules=[
+                    build_sync_schedule(job_name),
+                    build_lifecycle_schedule(lifecycle_job_name(gw)),
+                ],
+            )
+        )
+        per_gateway.append(build_upkeep_defs(gw, tables[gw]))
+        per_gateway.append(
+            dg.Definitions(schedules=[build_upkeep_schedule(upkeep_job_name(gw), upkeep_cron)])
+        )
+        checkpoint_job = checkpoint_job_name(gw)
+        per_gateway.append(build_checkpoint_defs(gw, tables[gw]))
+        per_gateway.append(
+            dg.Definitions(
+                sensors=[build_checkpoint_sensor(gw, checkpoint_job)],
+                schedules=[build_checkpoint_schedule(checkpoint_job)],
             )
         )
     common = dg.Definitions(

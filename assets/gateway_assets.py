@@ -18,7 +18,7 @@ while a run of the job is active.
 """
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import dagster as dg
 
@@ -36,7 +36,7 @@ from lakesync_platform.pipeline.state import check_state_matches_log, run_state
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs"]
+__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs", "lake_asset_keys"]
 
 LAYER_TAG = "lakesync/layer"
 """Asset tag naming where an asset's data lives: ``lake`` (Iceberg) or ``destination``."""
@@ -60,13 +60,20 @@ def _mark_requests(
         resource.wal().update_flush_request(request_id, status, detail, _now_ms())
 
 
+def lake_asset_keys(gw: str, tables: Iterable[str]) -> list[dg.AssetKey]:
+    """The keys of ``gw``'s lake assets: the change log, then each table's state."""
+    part = _key_part(gw)
+    states = [dg.AssetKey([part, "state", t]) for t in tables]
+    return [dg.AssetKey([part, "lakesync_deltas"]), *states]
+
+
 def build_gateway_defs(
     gw: str, tables: Mapping[str, TableSchema], destinations: Mapping[str, DestinationDecl]
 ) -> dg.Definitions:
     """The assets, checks and sync job of ``gw`` for the tables and destinations known now."""
     part = _key_part(gw)
-    deltas_key = dg.AssetKey([part, "lakesync_deltas"])
-    state_keys = {t: dg.AssetKey([part, "state", t]) for t in tables}
+    deltas_key, *state_asset_keys = lake_asset_keys(gw, tables)
+    state_keys = dict(zip(tables, state_asset_keys, strict=True))
     dest_keys = {
         (d, t): dg.AssetKey([part, d, t])
         for d, dest in destinations.items()
@@ -145,6 +152,7 @@ def build_gateway_defs(
                         "live_changed": r.live_changed,
                         "log_range": f"{r.from_cursor}..{r.to_cursor}",
                         "seconds": round(r.seconds, 3),
+                        "snapshot_id": str(r.snapshot_id),
                     },
                 )
 
@@ -191,6 +199,7 @@ def build_gateway_defs(
                     "deleted": r.deleted,
                     "state_range": f"{r.from_cursor}..{r.to_cursor}",
                     "seconds": round(r.seconds, 3),
+                    "state_snapshot_id": str(r.state_snapshot_id),
                 }
                 if (d, r.table) in run.lag:
                     metadata["lag"] = _lag_value(run.lag[(d, r.table)])

@@ -6,13 +6,24 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
 ``--ws-max-connections`` above the largest idle step) and measures, in one run:
 
 * **broadcast latency** to N connected sockets (``--fanout``, default 10, 100 and 1 000), each
-  opened by this process on one asyncio event loop with its own token: one more socket pushes
-  one delta at a time (``--pushes`` rounds, each after every socket got the previous one); for
-  every receiving socket the time from the push's acknowledgement (and from sending it) to the
-  ``0x03`` frame — p50 and p99 over all deliveries, and the median over rounds of each round's
-  p50 and p99. Every size is measured with the client offering per-message deflate (the
-  ``websockets`` default; a gateway that negotiates it compresses every frame) and without it
-  (``--compression``);
+  with its own token, held by ``--receivers`` processes of their own (default 4; each a share
+  of the sockets on its own event loop, see ``harness/ws_receivers.py``), so the gateway keeps
+  its process and no one loop queues a thousand frames. One more socket, in this process,
+  pushes one delta at a time (``--pushes`` rounds, each after every socket got the previous
+  one; ``harness/fanout.py``). Each size runs under each of ``--rules``: ``none`` (every socket
+  receives every row), ``per-user`` (sync rules: each of ``--users`` users, default N / 10,
+  sees the rows it owns; a round creates one user's row or hands the last one to another
+  user, so only their sockets receive it, and any other socket receiving it counts as a
+  leak) and ``other-table`` (a filtered bucket on another table beside an unfiltered one for
+  the pushed rows). For every receiving socket: the time from the push's acknowledgement (and
+  from sending it) to the ``0x03`` frame, all read with ``time.monotonic_ns()`` as the bytes
+  come off each socket (``CLOCK_MONOTONIC``, one clock for the machine) — p50 and p99 over all
+  deliveries, and the median over rounds of each round's p50 and p99. Beside them, the **CPU
+  seconds** the gateway process (all its threads) and the receivers spent per round
+  (``/proc/PID/stat``), which another job on the machine disturbs far less than the
+  latencies, and the 1-minute load average before and after. Every size is measured with
+  the client offering per-message deflate (a gateway that negotiates it compresses every
+  frame) and without it (``--compression``);
 * **idle connections**: sockets opened and left idle in steps (``--idle``) up to the largest
   step or the first refusal, and the gateway process's RSS at each step (``/proc/PID/status``);
 * **push throughput**: ``--throughput`` pushes of one delta each, sent one after the other,
@@ -22,25 +33,38 @@ starts one gateway process (``lakesync gateway``, SQLite WAL in a temporary data
   over ``POST /v1/sync/{gw}/action``, fresh and then again (duplicates, answered from the
   stored result).
 
-The figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms
-from acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS).
-Receive times are taken on the benchmark's one event loop, so at 1 000 sockets they include
-this process's own queueing behind the other sockets' frames.
+``--pin`` runs the gateway on the first CPU and the receivers and the pusher on the others, so
+the receivers never take the gateway's core (on two cores: one each); it holds for the whole
+run, so the throughput and action figures then come from a gateway on one core.
+``--code DIR`` runs the gateway on the product packages under ``DIR`` (its working directory
+and ``PYTHONPATH``), e.g. ``git archive main lakesync_platform gateway | tar -x -C DIR``, to
+compare two versions side by side. ``--fanout-only`` skips the last three measurements (their
+JSON keys are then null). Between rounds the benchmark waits until no thread of the gateway
+has run for 20 ms (``harness/fanout.py`` ``wait_idle``): with filtering rules a round's few
+receiving sockets may have their frame before the gateway has cut every other socket's page,
+and the next commit would fold into that pass. The
+figures are measured and reported, not asserted (targets: p50 ≤ 20 ms and p99 ≤ 100 ms from
+acknowledgement at 1 000 sockets; 10 000 idle sockets in one process within 1 GiB RSS). The
+receivers share the machine's cores with the gateway: on a loaded machine the latencies say as
+much about the other jobs as about the gateway, which the CPU per round and the load average
+show.
 
 Prints tables and writes ``benchmarks/results/realtime.json`` (``--out``).
 
 Usage (from the repository root):
-    .venv/bin/python benchmarks/bench_realtime.py                                   # ~3 min
+    .venv/bin/python benchmarks/bench_realtime.py                                   # ~5 min
     .venv/bin/python benchmarks/bench_realtime.py --fanout 10 100 --pushes 10 --idle 500 1000 \
         --throughput 100 --actions 100                                              # quick
+    .venv/bin/python benchmarks/bench_realtime.py --fanout 1000 --compression none --fanout-only
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import os
 import resource
-import statistics
 import sys
 import tempfile
 import threading
@@ -55,13 +79,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
+from benchmarks.harness.fanout import RULES, fanout, make_delta, pin
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from benchmarks.harness.snapshot import git_info
 from benchmarks.harness.stats import pct
+from benchmarks.harness.ws_receivers import Receivers
 from lakesync_platform.core.actions import Action, ActionResult
-from lakesync_platform.core.delta import ColumnDelta, RowDelta
-from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import action_id, delta_id
+from lakesync_platform.core.ids import action_id
 from lakesync_platform.core.proto import (
     TAG_ACTION_PUSH,
     TAG_ACTION_RESPONSE,
@@ -105,15 +129,6 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def make_delta(client: str, row_id: str, n: int) -> RowDelta:
-    """A one-row insert stamped now."""
-    hlc = encode(time.time_ns() // 1_000_000, n & 0xFFFF)
-    cols = (ColumnDelta("title", f"row {row_id}"), ColumnDelta("n", n))
-    return RowDelta(
-        "INSERT", "todos", row_id, client, cols, hlc, delta_id(client, hlc, "todos", row_id, cols)
-    )
-
-
 def socket_url(proc: GatewayProcess, gw: str, sub: str) -> str:
     """The socket of ``sub`` on ``gw``."""
     return f"ws://127.0.0.1:{proc.port}/v1/sync/{gw}/ws?token={dev_token(sub, gw, SECRET)}"
@@ -142,81 +157,6 @@ async def open_sockets(
         for failed in opened:
             if isinstance(failed, BaseException):
                 raise failed
-
-
-class Round:
-    """Arrival times of the current round's broadcast, one per socket."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.times: list[float] = []
-        self.done = asyncio.Event()
-
-    def arrived(self, now: float) -> None:
-        self.times.append(now)
-        if len(self.times) == self.n:
-            self.done.set()
-
-
-async def receive(ws: ClientConnection, state: dict[str, Round]) -> None:
-    """Record when each broadcast arrives (one delta per round, so no need to decode it)."""
-    async for message in ws:
-        now = time.perf_counter()
-        if message[0] == TAG_BROADCAST:
-            state["round"].arrived(now)
-
-
-async def fanout(proc: GatewayProcess, n: int, pushes: int, deflate: bool) -> dict[str, Any]:
-    """Latencies of ``pushes`` broadcasts to ``n`` sockets."""
-    gw = f"fanout{n}{'z' if deflate else 'p'}"
-    sockets: list[ClientConnection] = []
-    await open_sockets(proc, gw, [f"r{i}" for i in range(n)], sockets, deflate)
-    state = {"round": Round(n)}
-    tasks = [asyncio.create_task(receive(ws, state)) for ws in sockets]
-    from_send: list[float] = []
-    from_ack: list[float] = []
-    round_p50: list[float] = []
-    round_p99: list[float] = []
-    async with connect(socket_url(proc, gw, "pusher"), max_size=None) as pusher:
-        for k in range(pushes):
-            current = state["round"] = Round(n)
-            data = frame(
-                TAG_SYNC_PUSH, encode_sync_push("pusher", [make_delta("pusher", f"p{k}", k)], 0)
-            )
-            sent = time.perf_counter()
-            await pusher.send(data)
-            while True:
-                reply = await pusher.recv()
-                assert isinstance(reply, bytes)
-                if reply[0] != TAG_BROADCAST:
-                    break
-            acked = time.perf_counter()
-            try:
-                await asyncio.wait_for(current.done.wait(), 60)
-            except TimeoutError:
-                raise RuntimeError(
-                    f"round {k}: {len(current.times)} of {n} sockets got the broadcast"
-                ) from None
-            lat = [max(t - acked, 0.0) * 1000 for t in current.times]
-            from_ack += lat
-            from_send += [(t - sent) * 1000 for t in current.times]
-            round_p50.append(pct(lat, 50))
-            round_p99.append(pct(lat, 99))
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*(ws.close() for ws in sockets))
-    return {
-        "sockets": n,
-        "deflate": deflate,
-        "pushes": pushes,
-        "deliveries": len(from_send),
-        "from_send_ms": {"p50": pct(from_send, 50), "p99": pct(from_send, 99)},
-        "from_ack_ms": {"p50": pct(from_ack, 50), "p99": pct(from_ack, 99)},
-        "round_median_from_ack_ms": {
-            "p50": statistics.median(round_p50),
-            "p99": statistics.median(round_p99),
-        },
-    }
 
 
 async def idle(proc: GatewayProcess, steps: list[int]) -> list[dict[str, Any]]:
@@ -379,14 +319,43 @@ def main() -> None:
     parser.add_argument("--fanout", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--pushes", type=int, default=30)
     parser.add_argument(
+        "--receivers", type=int, default=4, help="processes holding the fan-out sockets"
+    )
+    parser.add_argument(
         "--compression",
         choices=["both", "deflate", "none"],
         default="both",
         help="whether the fan-out sockets offer per-message deflate",
     )
+    parser.add_argument(
+        "--rules",
+        nargs="+",
+        choices=["none", *RULES],
+        default=["none", "per-user"],
+        help="sync rules of the fan-out's gateway (per-user: socket i is user i %% users)",
+    )
+    parser.add_argument(
+        "--users", type=int, default=0, help="users of the per-user rules (default: sockets / 10)"
+    )
     parser.add_argument("--idle", type=int, nargs="+", default=[1000, 2000, 5000, 10000])
     parser.add_argument("--throughput", type=int, default=500)
     parser.add_argument("--actions", type=int, default=300)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="run the gateway on the first CPU and the receivers and pusher on the others",
+    )
+    parser.add_argument(
+        "--fanout-only",
+        action="store_true",
+        help="measure the broadcast latency only (no idle sockets, throughput or actions)",
+    )
+    parser.add_argument(
+        "--code",
+        type=Path,
+        help="run the gateway on the product packages under this directory (e.g. an older"
+        " commit's `git archive`), for figures side by side",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "realtime.json")
     args = parser.parse_args()
     modes = {"both": [True, False], "deflate": [True], "none": [False]}[args.compression]
@@ -410,84 +379,138 @@ def main() -> None:
                 "--ws-rate-limit",
                 "1000000",
             ],
-            env={"HOOK_PORT": str(port)},
+            env={"HOOK_PORT": str(port)}
+            | ({"PYTHONPATH": str(args.code.resolve())} if args.code else {}),
+            # ``python -m`` puts the working directory first on the path: start it there too.
+            cwd=args.code.resolve() if args.code else None,
         ).start()
+        receivers = None
+        held: list[dict[str, Any]] = []
+        http_rate = ws_rate = float("nan")
+        acts: dict[str, dict[str, float]] = {}
         try:
+            receivers = Receivers(args.receivers, proc.port)
+            if args.pin:
+                cpus = sorted(os.sched_getaffinity(0))
+                assert proc.proc is not None and len(cpus) > 1, "--pin needs two CPUs"
+                pin(proc.proc.pid, {cpus[0]})
+                for pid in [os.getpid(), *receivers.pids]:
+                    pin(pid, set(cpus[1:]))
+                log(f"gateway pinned to CPU {cpus[0]}, receivers and pusher to {cpus[1:]}")
             fan = []
-            for n in args.fanout:
-                for deflate in modes:
-                    log(f"fan-out to {n} sockets (deflate {deflate}), {args.pushes} pushes")
-                    fan.append(asyncio.run(fanout(proc, n, args.pushes, deflate)))
-            log(f"idle sockets in steps {args.idle}")
-            held = asyncio.run(idle(proc, args.idle))
-            log(f"push throughput, {args.throughput} pushes each way")
-            http_rate = http_throughput(proc, args.throughput)
-            ws_rate = asyncio.run(ws_throughput(proc, args.throughput))
-            log(f"actions, {args.actions} each way, fresh then duplicate")
-            acts = bench_actions(proc, args.actions)
+            for n, rules, deflate in itertools.product(args.fanout, args.rules, modes):
+                users = args.users or max(n // 10, 1)
+                log(
+                    f"fan-out to {n} sockets (deflate {deflate}, rules {rules}"
+                    f"{f', {users} users' if rules == 'per-user' else ''}), {args.pushes} pushes"
+                )
+                fan.append(fanout(proc, SECRET, receivers, n, args.pushes, deflate, rules, users))
+                f = fan[-1]
+                log(
+                    f"  p50 {f['from_ack_ms']['p50']:.1f} ms, p99 {f['from_ack_ms']['p99']:.1f}"
+                    f" ms, gateway CPU {f['gateway_cpu_ms_per_round']:.1f} ms per round,"
+                    f" load {f['load_average_1m']['after']:.2f}, leaks {f['leaks']},"
+                    f" closed by the gateway {f['closed_by_gateway']}"
+                )
+            receivers.stop()
+            if not args.fanout_only:
+                log(f"idle sockets in steps {args.idle}")
+                held = asyncio.run(idle(proc, args.idle))
+                log(f"push throughput, {args.throughput} pushes each way")
+                http_rate = http_throughput(proc, args.throughput)
+                ws_rate = asyncio.run(ws_throughput(proc, args.throughput))
+                log(f"actions, {args.actions} each way, fresh then duplicate")
+                acts = bench_actions(proc, args.actions)
         finally:
+            if receivers is not None:
+                receivers.stop()
             proc.stop()
 
     print(
         table(
-            ["sockets", "deflate", "p50 ack ms", "p99 ack ms", "round p50", "round p99"],
+            [
+                "sockets",
+                "rules",
+                "deflate",
+                "p50 ack ms",
+                "p99 ack ms",
+                "round p50",
+                "round p99",
+                "gw CPU ms/round",
+                "gw CPU µs/frame",
+                "load",
+            ],
             [
                 [
                     f["sockets"],
+                    f["rules"] + (f" ({f['users']} users)" if f["users"] else ""),
                     "on" if f["deflate"] else "off",
                     round(f["from_ack_ms"]["p50"], 2),
                     round(f["from_ack_ms"]["p99"], 2),
                     round(f["round_median_from_ack_ms"]["p50"], 2),
                     round(f["round_median_from_ack_ms"]["p99"], 2),
+                    round(f["gateway_cpu_ms_per_round"], 2),
+                    round(f["gateway_cpu_us_per_delivery"], 1),
+                    round(f["load_average_1m"]["after"], 2),
                 ]
                 for f in fan
             ],
         )
     )
-    print()
-    print(
-        table(
-            ["idle sockets", "gateway RSS MiB"],
-            [
-                [h["connections"], round(h["rss_bytes"] / 2**20) if "rss_bytes" in h else "-"]
-                for h in held
-            ],
+    if not args.fanout_only:
+        print()
+        print(
+            table(
+                ["idle sockets", "gateway RSS MiB"],
+                [
+                    [h["connections"], round(h["rss_bytes"] / 2**20) if "rss_bytes" in h else "-"]
+                    for h in held
+                ],
+            )
         )
-    )
+        print()
+        print(
+            table(
+                ["transport", "pushes/s"],
+                [["WebSocket", round(ws_rate)], ["HTTP", round(http_rate)]],
+            )
+        )
+        print()
+        print(
+            table(
+                ["actions", "per s", "p50 ms", "p99 ms"],
+                [
+                    [k, round(v["per_s"]), round(v["p50_ms"], 2), round(v["p99_ms"], 2)]
+                    for k, v in acts.items()
+                ],
+            )
+        )
     ten_k = [h for h in held if h["connections"] >= 10_000 and "rss_bytes" in h]
-    print()
-    print(
-        table(
-            ["transport", "pushes/s"], [["WebSocket", round(ws_rate)], ["HTTP", round(http_rate)]]
-        )
-    )
-    print()
-    print(
-        table(
-            ["actions", "per s", "p50 ms", "p99 ms"],
-            [
-                [k, round(v["per_s"]), round(v["p50_ms"], 2), round(v["p99_ms"], 2)]
-                for k, v in acts.items()
-            ],
-        )
-    )
     out = write_json(
         args.out,
         {
             "benchmark": "realtime",
             "open_files_limit": open_files,
+            "load_average": list(os.getloadavg()),
+            "pinned": args.pin,
+            "gateway_code": str(args.code) if args.code else None,
             "fanout": fan,
+            # Skipped parts (--fanout-only) are null.
             "idle": {
                 "steps": held,
                 "reached": max(h["connections"] for h in held),
                 "ten_thousand_within_1_gib": bool(ten_k) and ten_k[0]["rss_bytes"] <= GIB,
-            },
+            }
+            if held
+            else None,
             "push_throughput": {
                 "websocket_per_s": ws_rate,
                 "http_per_s": http_rate,
                 "pushes": args.throughput,
-            },
-            "actions": {"count": args.actions, **acts},
+            }
+            if held
+            else None,
+            "actions": {"count": args.actions, **acts} if acts else None,
             "git": git_info(),
         },
     )

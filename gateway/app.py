@@ -18,6 +18,8 @@ import anyio
 from litestar import Litestar
 from litestar.exceptions import HTTPException
 
+from lakesync_platform.adapters.checkpoints import open_checkpoint_store
+from lakesync_platform.core.checkpoint import CheckpointStore
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
@@ -48,6 +50,21 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _checkpoint_store(settings: GatewaySettings) -> CheckpointStore | None:
+    """Where the pipeline's checkpoints are read from (``None``: none configured)."""
+    if not settings.checkpoints:
+        return None
+    s3 = settings.object_store
+    return open_checkpoint_store(
+        settings.checkpoints,
+        endpoint=s3.endpoint,
+        region=s3.region,
+        access_key_id=s3.access_key_id,
+        secret_access_key=s3.secret_access_key,
+        session_token=s3.session_token,
+    )
+
+
 def create_app(
     settings: GatewaySettings,
     *,
@@ -69,7 +86,7 @@ def create_app(
         store = wal or WriteAheadLog.open(
             settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
         )
-        handlers = build_action_handlers(settings)
+        handlers = build_action_handlers(settings, store.connectors)
         limiter = (
             CallerRateLimit(settings.rate_limit, settings.rate_window_s)
             if settings.rate_limit
@@ -94,6 +111,7 @@ def create_app(
             offload=Offload(settings.request_timeout_s),
             realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
             sources=sources,
+            checkpoints=_checkpoint_store(settings),
             drain=process_drain,
         )
         slot.services.realtime.serve_actions(slot.services.actions, slot.services.offload)

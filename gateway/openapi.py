@@ -45,6 +45,7 @@ from .bodies import HLC_PATTERN, ErrorBody
 
 __all__ = [
     "BEARER",
+    "CHECKPOINT_QUERY",
     "PULL_QUERY",
     "GatewayId",
     "errors",
@@ -114,6 +115,22 @@ PULL_QUERY = (
     ),
 )
 """The pull's query parameters (PROTOCOL.md §4.3), as the pull handler reads them."""
+
+CHECKPOINT_QUERY = (
+    _query(
+        "format",
+        "stamped: rows with per-column stamps (lakesync.platform.v1.StampedSyncResponse"
+        " frames); blank or absent: the reference's SyncResponse frames, as the TS client reads"
+        " them",
+        Schema(type=OpenAPIType.STRING, enum=["stamped", ""]),
+    ),
+    _query(
+        "clientId",
+        "The client being bootstrapped (default: the token's sub; an admin may name another)",
+        Schema(type=OpenAPIType.STRING, min_length=1, max_length=MAX_ID_LENGTH),
+    ),
+)
+"""The checkpoint's query parameters (neither is sent by the TS client)."""
 
 
 def query_parameters(*parameters: Parameter) -> type[Operation]:

@@ -11,6 +11,7 @@ import anyio
 import anyio.to_thread
 from litestar.connection import ASGIConnection
 
+from lakesync_platform.core.checkpoint import CheckpointStore
 from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.settings import GatewaySettings
 from lakesync_platform.sync.actions import ActionService
@@ -61,7 +62,8 @@ class GatewayServices:
     requests; ``actions`` action dispatch and discovery; ``sources`` the declared sources pulls
     may name; ``offload`` runs their blocking calls on a worker thread; ``realtime`` holds the
     WebSocket sessions and feeds them after every commit; ``drain`` says whether the process
-    is draining (readiness fails).
+    is draining (readiness fails); ``checkpoints`` is where the pipeline's checkpoints are read
+    from (``None``: none are served).
     """
 
     sync: SyncService
@@ -72,6 +74,7 @@ class GatewayServices:
     realtime: RealtimeService
     sources: DeclaredSources
     drain: Drain
+    checkpoints: CheckpointStore | None = None
 
 
 @dataclass

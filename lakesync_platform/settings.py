@@ -12,6 +12,7 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
       catalog.db.lock the pipeline's lock on that catalog (and .holder: who holds it)
       warehouse/      the Iceberg warehouse
       jars/           the Spark/Iceberg jars and the lake's local filesystem jar
+      checkpoints/    initial-sync checkpoints, one folder per gateway (warehouse on disk)
       jwt_secret      the gateway's signing secret (created on first start)
       logs/           logs of processes started by ``lakesync dev``, the JVM's (spark.log) and
                       the Python libraries' under ``lakesync run`` (run.log)
@@ -28,12 +29,20 @@ __all__ = [
     "DEFAULT_ACTION_LEASE_S",
     "DEFAULT_ACTION_RETENTION_S",
     "DEFAULT_ACTION_TIMEOUT_S",
+    "DEFAULT_CHECKPOINT_CHUNK_BYTES",
+    "DEFAULT_CHECKPOINT_EVERY_ENTRIES",
+    "DEFAULT_CHECKPOINT_GRACE_S",
     "DEFAULT_DATA_DIR",
+    "DEFAULT_DEDUP_RETENTION_S",
     "DEFAULT_DEFS_DIR",
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
+    "DEFAULT_ORPHAN_AGE_S",
+    "DEFAULT_SNAPSHOT_RETENTION_S",
     "DEFAULT_SPARK_DRIVER_MEMORY",
     "DEFAULT_SPARK_EXECUTOR_MEMORY",
     "DEFAULT_SPARK_MASTER",
+    "DEFAULT_UPKEEP_CRON",
+    "DEFAULT_WAL_RETENTION_S",
     "ENV_ACTION_LEASE_SECONDS",
     "ENV_ACTION_RETENTION_SECONDS",
     "ENV_ACTION_TIMEOUT_SECONDS",
@@ -47,7 +56,14 @@ __all__ = [
     "ENV_BACKLOG_AGE_SECONDS",
     "ENV_BACKLOG_BYTES",
     "ENV_CATALOG_URI",
+    "ENV_CHECKPOINTS",
+    "ENV_CHECKPOINT_CHUNK_BYTES",
+    "ENV_CHECKPOINT_EVERY_ENTRIES",
+    "ENV_CHECKPOINT_GRACE_SECONDS",
+    "ENV_COMPACT_MIN_INPUT_FILES",
+    "ENV_COMPACT_TARGET_FILE_BYTES",
     "ENV_DATA_DIR",
+    "ENV_DEDUP_RETENTION_SECONDS",
     "ENV_DEFS_DIR",
     "ENV_DRAIN_SECONDS",
     "ENV_JAR_DIR",
@@ -55,6 +71,9 @@ __all__ = [
     "ENV_JWT_SECRET_PREVIOUS",
     "ENV_LOCK_TIMEOUT_SECONDS",
     "ENV_MAX_BACKLOG_BYTES",
+    "ENV_MAX_SMALL_FILES",
+    "ENV_ORPHAN_AGE_SECONDS",
+    "ENV_SNAPSHOT_RETENTION_SECONDS",
     "ENV_SPARK_CORES_MAX",
     "ENV_SPARK_DRIVER_HOST",
     "ENV_SPARK_DRIVER_MEMORY",
@@ -62,13 +81,19 @@ __all__ = [
     "ENV_SPARK_EXECUTOR_MEMORY",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
+    "ENV_UPKEEP_CRON",
+    "ENV_WAL_RETENTION_ENTRIES",
+    "ENV_WAL_RETENTION_SECONDS",
     "ENV_WAL_URL",
     "ENV_WAREHOUSE",
     "DataLayout",
     "GatewaySettings",
     "ObjectStoreSettings",
     "PipelineSettings",
+    "RetentionSettings",
     "SparkClusterSettings",
+    "UpkeepSettings",
+    "checkpoint_root",
 ]
 
 # ---------------------------------------------------------------- environment variable names
@@ -101,6 +126,20 @@ ENV_AWS_ENDPOINT_URL_S3 = "AWS_ENDPOINT_URL_S3"
 ENV_ACTION_TIMEOUT_SECONDS = "LAKESYNC_ACTION_TIMEOUT_SECONDS"
 ENV_ACTION_LEASE_SECONDS = "LAKESYNC_ACTION_LEASE_SECONDS"
 ENV_ACTION_RETENTION_SECONDS = "LAKESYNC_ACTION_RETENTION_SECONDS"
+# Lake upkeep (compaction, snapshot expiry, orphan removal: UpkeepSettings).
+ENV_SNAPSHOT_RETENTION_SECONDS = "LAKESYNC_SNAPSHOT_RETENTION_SECONDS"
+ENV_ORPHAN_AGE_SECONDS = "LAKESYNC_ORPHAN_AGE_SECONDS"
+ENV_COMPACT_MIN_INPUT_FILES = "LAKESYNC_COMPACT_MIN_INPUT_FILES"
+ENV_COMPACT_TARGET_FILE_BYTES = "LAKESYNC_COMPACT_TARGET_FILE_BYTES"
+ENV_MAX_SMALL_FILES = "LAKESYNC_MAX_SMALL_FILES"
+ENV_UPKEEP_CRON = "LAKESYNC_UPKEEP_CRON"
+ENV_WAL_RETENTION_SECONDS = "LAKESYNC_WAL_RETENTION_SECONDS"
+ENV_WAL_RETENTION_ENTRIES = "LAKESYNC_WAL_RETENTION_ENTRIES"
+ENV_DEDUP_RETENTION_SECONDS = "LAKESYNC_DEDUP_RETENTION_SECONDS"
+ENV_CHECKPOINTS = "LAKESYNC_CHECKPOINTS"
+ENV_CHECKPOINT_CHUNK_BYTES = "LAKESYNC_CHECKPOINT_CHUNK_BYTES"
+ENV_CHECKPOINT_GRACE_SECONDS = "LAKESYNC_CHECKPOINT_GRACE_SECONDS"
+ENV_CHECKPOINT_EVERY_ENTRIES = "LAKESYNC_CHECKPOINT_EVERY_ENTRIES"
 ENV_DRAIN_SECONDS = "LAKESYNC_DRAIN_SECONDS"
 ENV_SPARK_EXECUTOR_CORES = "LAKESYNC_SPARK_EXECUTOR_CORES"
 ENV_SPARK_EXECUTOR_MEMORY = "LAKESYNC_SPARK_EXECUTOR_MEMORY"
@@ -124,6 +163,24 @@ DEFAULT_ACTION_LEASE_S = 120.0
 """How long an action's claim holds before a retry may take it over (its process crashed)."""
 DEFAULT_ACTION_RETENTION_S = 86_400.0
 """How long action results are kept for retries (a day)."""
+DEFAULT_SNAPSHOT_RETENTION_S = 7 * 86_400.0
+"""The lake's time-travel window (7 days): expiry keeps every snapshot that was current at some
+moment within it."""
+DEFAULT_ORPHAN_AGE_S = 86_400.0
+"""Files in a table's folder that no snapshot references are removed once older than this (a
+day, the floor Iceberg's own ``remove_orphan_files`` procedure insists on)."""
+DEFAULT_UPKEEP_CRON = "0 3 * * *"
+"""When the upkeep job (compaction, expiry, orphan removal) runs: daily at 03:00 UTC."""
+DEFAULT_WAL_RETENTION_S = 86_400.0
+"""How long the hot WAL keeps log entries the lake already holds (a day)."""
+DEFAULT_DEDUP_RETENTION_S = 30 * 86_400.0
+"""How long accepted delta ids are remembered, by the deltas' HLC (30 days)."""
+DEFAULT_CHECKPOINT_CHUNK_BYTES = 16 << 20
+"""The size a checkpoint chunk is cut at (16 MiB, the reference's)."""
+DEFAULT_CHECKPOINT_GRACE_S = 3600.0
+"""How long a superseded checkpoint stays readable for the clients still streaming it."""
+DEFAULT_CHECKPOINT_EVERY_ENTRIES = 100_000
+"""The checkpoint sensor's threshold: log entries in the lake past the current checkpoint."""
 DEFAULT_SPARK_EXECUTOR_MEMORY = "1g"
 """Heap of each executor on a cluster (Spark's own default, stated): a worker must offer at
 least this much memory, or the application waits for executors forever."""
@@ -178,6 +235,11 @@ class DataLayout:
         return self.root / "jars"
 
     @property
+    def checkpoints_dir(self) -> Path:
+        """Initial-sync checkpoints, one folder per gateway (when the lake is on local disk)."""
+        return self.root / "checkpoints"
+
+    @property
     def jwt_secret_file(self) -> Path:
         """The gateway's signing secret, created on its first start."""
         return self.root / "jwt_secret"
@@ -220,6 +282,9 @@ class GatewaySettings:
     to see other processes' commits, and the worker threads that run broadcast pulls (apart
     from the requests').
 
+    ``checkpoints`` is where the pipeline writes initial-sync checkpoints (a folder or
+    ``s3://…``, reached with ``object_store``; :func:`checkpoint_root`); ``None``: the gateway
+    serves none.
     ``drain_s``: on SIGTERM the process fails readiness at once and keeps serving this long
     before it closes its WebSockets (1001) and shuts down — long enough for a balancer to
     notice (at least its check interval × fall count); 0 without a balancer.
@@ -246,6 +311,8 @@ class GatewaySettings:
     ws_send_queue: int = 64
     ws_poll_interval_s: float = 0.025
     ws_feed_threads: int = 8
+    checkpoints: str | None = None
+    object_store: ObjectStoreSettings = field(default_factory=lambda: ObjectStoreSettings())
     drain_s: float = 0.0
 
     def __post_init__(self) -> None:
@@ -285,6 +352,58 @@ class ObjectStoreSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionSettings:
+    """What the lifecycle job keeps in the hot WAL (docs/pipeline.md, "Hot WAL retention").
+
+    A log entry the lake holds is trimmed once it breaks either limit, as Kafka's retention
+    does: older than ``wal_age_s`` seconds, or not among the newest ``wal_entries`` entries of
+    its gateway (``None``: no count limit). Accepted delta ids of deltas stamped more
+    than ``dedup_age_s`` ago are forgotten. ``batch`` entries or ids go per transaction.
+    """
+
+    wal_age_s: float = DEFAULT_WAL_RETENTION_S
+    wal_entries: int | None = None
+    dedup_age_s: float = DEFAULT_DEDUP_RETENTION_S
+    # 2 000 per transaction: on SQLite a batch of 2 000 entries held the writer lock ~3 ms (5 000:
+    # ~13 ms, 1 000: ~2.3 ms) against ~10-20 ms for a 500-delta push (benchmarks/bench_tiering.py).
+    batch: int = 2_000
+
+    def __post_init__(self) -> None:
+        if not self.wal_age_s >= 0 or not self.dedup_age_s >= 0:
+            raise ValueError("retention ages must be >= 0 seconds")
+        if self.wal_entries is not None and self.wal_entries < 0:
+            raise ValueError("the WAL's entry retention must be >= 0")
+        if self.batch < 1:
+            raise ValueError("the trim batch must be at least 1")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> RetentionSettings:
+        """``LAKESYNC_WAL_RETENTION_SECONDS``, ``LAKESYNC_WAL_RETENTION_ENTRIES`` and
+        ``LAKESYNC_DEDUP_RETENTION_SECONDS`` of ``env`` (unset: the defaults)."""
+        age = env.get(ENV_WAL_RETENTION_SECONDS)
+        entries = env.get(ENV_WAL_RETENTION_ENTRIES)
+        dedup = env.get(ENV_DEDUP_RETENTION_SECONDS)
+        count: int | None = None
+        if entries:
+            try:
+                count = int(entries)
+            except ValueError:
+                count = -1
+            if count < 0:
+                raise ValueError(
+                    f"{ENV_WAL_RETENTION_ENTRIES} must be a whole number of entries (>= 0), "
+                    f"got {entries!r}"
+                )
+        return cls(
+            wal_age_s=_seconds(ENV_WAL_RETENTION_SECONDS, age) if age else DEFAULT_WAL_RETENTION_S,
+            wal_entries=count,
+            dedup_age_s=_seconds(ENV_DEDUP_RETENTION_SECONDS, dedup)
+            if dedup
+            else DEFAULT_DEDUP_RETENTION_S,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class SparkClusterSettings:
     """What a pipeline run asks of a Spark cluster (a non-local ``LAKESYNC_SPARK_MASTER``).
 
@@ -319,8 +438,10 @@ class SparkClusterSettings:
             executor_memory=_jvm_size(
                 ENV_SPARK_EXECUTOR_MEMORY, env, DEFAULT_SPARK_EXECUTOR_MEMORY
             ),
-            executor_cores=_count(ENV_SPARK_EXECUTOR_CORES, env.get(ENV_SPARK_EXECUTOR_CORES)),
-            cores_max=_count(ENV_SPARK_CORES_MAX, env.get(ENV_SPARK_CORES_MAX)),
+            executor_cores=_optional_count(
+                ENV_SPARK_EXECUTOR_CORES, env.get(ENV_SPARK_EXECUTOR_CORES)
+            ),
+            cores_max=_optional_count(ENV_SPARK_CORES_MAX, env.get(ENV_SPARK_CORES_MAX)),
             driver_host=env.get(ENV_SPARK_DRIVER_HOST) or None,
             driver_memory=_jvm_size(ENV_SPARK_DRIVER_MEMORY, env, DEFAULT_SPARK_DRIVER_MEMORY),
         )
@@ -339,7 +460,11 @@ class PipelineSettings:
     available there). ``lock_timeout_s`` bounds a stage's wait for the lake's lock
     (:mod:`lakesync_platform.pipeline.lock`). A best-effort destination is tried
     ``best_effort_attempts`` times per table and run, waiting exponentially from
-    ``best_effort_wait_s`` seconds between tries.
+    ``best_effort_wait_s`` seconds between tries. ``upkeep``: compaction, expiry and orphan
+    removal (:class:`UpkeepSettings`). Checkpoints go to ``checkpoints``
+    (:attr:`checkpoint_root`), cut into chunks of ``checkpoint_chunk_bytes``; a superseded one
+    stays ``checkpoint_grace_s`` for the clients still reading it; the checkpoint sensor asks
+    for a new one once ``checkpoint_every_entries`` more log entries are in the lake.
     """
 
     data_dir: Path
@@ -355,6 +480,18 @@ class PipelineSettings:
     env: Mapping[str, str] = field(default_factory=dict)
     best_effort_attempts: int = 3
     best_effort_wait_s: float = 0.5
+    upkeep: UpkeepSettings = field(default_factory=lambda: UpkeepSettings())
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    checkpoints: str | None = None
+    checkpoint_chunk_bytes: int = DEFAULT_CHECKPOINT_CHUNK_BYTES
+    checkpoint_grace_s: float = DEFAULT_CHECKPOINT_GRACE_S
+    checkpoint_every_entries: int = DEFAULT_CHECKPOINT_EVERY_ENTRIES
+
+    @property
+    def checkpoint_root(self) -> str:
+        """Where checkpoints are written (:func:`checkpoint_root`)."""
+        return checkpoint_root(self.data_dir, self.warehouse, self.checkpoints)
+
     spark_cluster: SparkClusterSettings = field(default_factory=SparkClusterSettings)
 
     @property
@@ -391,6 +528,9 @@ class PipelineSettings:
         defs = Path(defs_dir or env.get(ENV_DEFS_DIR) or DEFAULT_DEFS_DIR).resolve()
         jar_dir = env.get(ENV_JAR_DIR)
         lock_timeout = env.get(ENV_LOCK_TIMEOUT_SECONDS)
+        chunk_bytes = env.get(ENV_CHECKPOINT_CHUNK_BYTES)
+        grace = env.get(ENV_CHECKPOINT_GRACE_SECONDS)
+        every = env.get(ENV_CHECKPOINT_EVERY_ENTRIES)
         return cls(
             data_dir=layout.root,
             wal_url=wal_url or env.get(ENV_WAL_URL) or None,
@@ -405,21 +545,94 @@ class PipelineSettings:
             if lock_timeout
             else DEFAULT_LOCK_TIMEOUT_SECONDS,
             env=dict(env),
+            upkeep=UpkeepSettings.from_env(env),
+            retention=RetentionSettings.from_env(env),
+            checkpoints=env.get(ENV_CHECKPOINTS) or None,
+            checkpoint_chunk_bytes=_count(ENV_CHECKPOINT_CHUNK_BYTES, chunk_bytes, 1)
+            if chunk_bytes
+            else DEFAULT_CHECKPOINT_CHUNK_BYTES,
+            checkpoint_grace_s=_seconds(ENV_CHECKPOINT_GRACE_SECONDS, grace)
+            if grace
+            else DEFAULT_CHECKPOINT_GRACE_S,
+            checkpoint_every_entries=_count(ENV_CHECKPOINT_EVERY_ENTRIES, every, 1)
+            if every
+            else DEFAULT_CHECKPOINT_EVERY_ENTRIES,
             spark_cluster=SparkClusterSettings.from_env(env),
         )
 
 
-def _count(name: str, value: str | None) -> int | None:
-    """A whole number >= 1 from environment variable ``name`` (unset or empty: ``None``)."""
-    if not value:
-        return None
+@dataclass(frozen=True, slots=True)
+class UpkeepSettings:
+    """How the lake is looked after (``lakesync_platform.pipeline.upkeep``).
+
+    * ``snapshot_retention_s`` — the time-travel window: expiry keeps every snapshot that was
+      current at some moment within it (so ``lakesync query --as-of`` reaches that far back),
+      besides what the pipeline's watermarks and the tags and branches of other jobs pin;
+    * ``orphan_age_s`` — files in a table's folder that no snapshot references are removed once
+      older than this (removal holds the lake's lock, so no pipeline stage is writing; the age
+      guards writers that do not take it);
+    * ``min_input_files`` — a partition's small files are rewritten once it has this many
+      (Iceberg's ``min-input-files``); ``target_file_bytes`` — the size compaction writes
+      (files under 75 % of it count as small, Iceberg's ``min-file-size-bytes``);
+    * ``max_small_files`` — the ``small_files`` check fails when a partition holds more;
+    * ``delete_file_threshold`` — a state-table data file with this many delete files is
+      rewritten with its deletes applied (1: every one, so a compacted table reads without
+      merge-on-read deletes);
+    * ``cron`` — when the upkeep job runs.
+    """
+
+    snapshot_retention_s: float = DEFAULT_SNAPSHOT_RETENTION_S
+    orphan_age_s: float = DEFAULT_ORPHAN_AGE_S
+    min_input_files: int = 5
+    target_file_bytes: int = 128 * 1024 * 1024
+    max_small_files: int = 10
+    delete_file_threshold: int = 1
+    cron: str = DEFAULT_UPKEEP_CRON
+
+    @property
+    def small_file_bytes(self) -> int:
+        """Files under this size count as small (75 % of the target, as Iceberg counts them)."""
+        return self.target_file_bytes * 3 // 4
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> UpkeepSettings:
+        """The ``LAKESYNC_*`` upkeep variables of ``env`` (defaults where unset)."""
+        default = cls()
+
+        def seconds(name: str, fallback: float) -> float:
+            value = env.get(name)
+            return _seconds(name, value) if value else fallback
+
+        def count(name: str, fallback: int, least: int) -> int:
+            value = env.get(name)
+            return _count(name, value, least) if value else fallback
+
+        return cls(
+            snapshot_retention_s=seconds(
+                ENV_SNAPSHOT_RETENTION_SECONDS, default.snapshot_retention_s
+            ),
+            orphan_age_s=seconds(ENV_ORPHAN_AGE_SECONDS, default.orphan_age_s),
+            min_input_files=count(ENV_COMPACT_MIN_INPUT_FILES, default.min_input_files, 2),
+            target_file_bytes=count(ENV_COMPACT_TARGET_FILE_BYTES, default.target_file_bytes, 1024),
+            max_small_files=count(ENV_MAX_SMALL_FILES, default.max_small_files, 1),
+            cron=env.get(ENV_UPKEEP_CRON) or default.cron,
+        )
+
+
+def _count(name: str, value: str, least: int) -> int:
+    """A whole number of at least ``least`` from environment variable ``name``."""
     try:
-        count = int(value)
+        number = int(value)
     except ValueError:
-        count = 0
-    if count < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return count
+        number = least - 1
+    if number < least:
+        raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    return number
+
+
+def _optional_count(name: str, value: str | None) -> int | None:
+    """A whole number >= 1 from environment variable ``name`` (unset or empty: ``None``)."""
+    return _count(name, value, 1) if value else None
 
 
 def _jvm_size(name: str, env: Mapping[str, str], default: str) -> str:
@@ -439,3 +652,14 @@ def _seconds(name: str, value: str) -> float:
     if not seconds >= 0:
         raise ValueError(f"{name} must be a number of seconds (>= 0), got {value!r}")
     return seconds
+
+
+def checkpoint_root(data_dir: Path, warehouse: str | None, explicit: str | None = None) -> str:
+    """Where checkpoints live: ``explicit`` (``LAKESYNC_CHECKPOINTS``) if given, else beside an
+    S3 warehouse (``<warehouse>/_checkpoints``: ``_`` starts no gateway id, so no namespace's
+    folder), else ``<data-dir>/checkpoints``."""
+    if explicit:
+        return explicit
+    if warehouse and warehouse.startswith(("s3://", "s3a://")):
+        return warehouse.rstrip("/") + "/_checkpoints"
+    return str(DataLayout(data_dir.resolve()).checkpoints_dir)

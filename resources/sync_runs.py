@@ -11,6 +11,8 @@ __all__ = [
     "FLUSH_REQUESTS_TAG",
     "GATEWAY_TAG",
     "active_run_count",
+    "checkpoint_job_name",
+    "lifecycle_job_name",
     "sync_job_name",
 ]
 
@@ -30,6 +32,17 @@ _ACTIVE = [
 def sync_job_name(gw: str) -> str:
     """Name of the job that flushes, merges and materialises gateway ``gw``."""
     return f"sync_{gw.replace('-', '_')}"
+
+
+def checkpoint_job_name(gw: str) -> str:
+    """Name of the job that writes gateway ``gw``'s initial-sync checkpoint."""
+    return f"checkpoint_{gw.replace('-', '_')}"
+
+
+def lifecycle_job_name(gw: str) -> str:
+    """Name of the job that trims gateway ``gw``'s hot WAL and moves its destinations' old rows
+    to their cold tiers."""
+    return f"lifecycle_{gw.replace('-', '_')}"
 
 
 def active_run_count(instance: dg.DagsterInstance, job_name: str) -> int:

@@ -1,8 +1,14 @@
-"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work)."""
+"""Periodic runs: a safety-net sync per gateway (sensors do the prompt work), lifecycle, lake
+upkeep and checkpoints."""
 
 import dagster as dg
 
-__all__ = ["build_sync_schedule"]
+__all__ = [
+    "build_checkpoint_schedule",
+    "build_lifecycle_schedule",
+    "build_sync_schedule",
+    "build_upkeep_schedule",
+]
 
 
 def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.ScheduleDefinition:
@@ -13,4 +19,40 @@ def build_sync_schedule(job_name: str, cron: str = "*/15 * * * *") -> dg.Schedul
         cron_schedule=cron,
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Periodic flush + state + materialise (catches small, old backlogs).",
+    )
+
+
+def build_lifecycle_schedule(job_name: str, cron: str = "17 * * * *") -> dg.ScheduleDefinition:
+    """Run the lifecycle job ``job_name`` on ``cron`` (default hourly, off the quarter hours of
+    the sync schedule)."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Trim the hot WAL of what the lake holds; move old destination rows to cold.",
+    )
+
+
+def build_upkeep_schedule(job_name: str, cron: str) -> dg.ScheduleDefinition:
+    """Run the upkeep job ``job_name`` (compaction, expiry, orphan removal) on ``cron``
+    (``LAKESYNC_UPKEEP_CRON``, default daily at 03:00 UTC)."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Lake upkeep: compact small files, expire old snapshots, remove orphans.",
+    )
+
+
+def build_checkpoint_schedule(job_name: str, cron: str = "0 * * * *") -> dg.ScheduleDefinition:
+    """Run the checkpoint job ``job_name`` on ``cron`` (default hourly); a run with nothing new
+    in the lake since the last checkpoint writes nothing and starts no Spark session."""
+    return dg.ScheduleDefinition(
+        name=f"{job_name}_schedule",
+        job_name=job_name,
+        cron_schedule=cron,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Periodic checkpoint (the growth sensor writes one sooner under load).",
     )

@@ -7,7 +7,9 @@ map built once per batch; a plain ``INSERT`` on an existing row fails the whole 
 cursor not moved); ``UPDATE`` of a missing row does nothing; the cursor is set to a pull's
 ``serverHlc`` after a successful apply (``hasMore`` ignored, empty page ignored) and to the
 push's ``serverHlc`` after a push; a restart keeps the local DB and the queue (IndexedDB) but
-forgets the cursor.
+forgets the cursor. With ``bootstrap`` it runs the engine's ``initialSync`` whenever its cursor
+is 0: the checkpoint's deltas applied as one batch, then the cursor set to ``X-Checkpoint-Hlc``
+whatever the apply did (a 404 changes nothing).
 
 :class:`StampedClient` is a well-behaved client: it keeps per-column stamps and pulls the
 ``stamped`` format, honouring ``hasMore``.
@@ -51,6 +53,11 @@ class Gateway(Protocol):
     def pull(
         self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
     ) -> tuple[list[dict[str, Any]], int, bool]: ...
+
+    def checkpoint(self, client_id: str) -> tuple[list[RowDelta], int] | None:
+        """The checkpoint's deltas (every frame's, in order) and ``X-Checkpoint-Hlc``; ``None``
+        for a 404."""
+        ...
 
 
 def delta_from_wire(d: Mapping[str, Any]) -> RowDelta:
@@ -134,6 +141,8 @@ class TsLikeClient:
     cursor: int = 0
     failed_applies: int = 0
     sending: set[int] = field(default_factory=set)
+    bootstrap: bool = False
+    checkpoint_cursors: list[int] = field(default_factory=list)
     _next_id: int = 0
 
     def __post_init__(self) -> None:
@@ -224,8 +233,23 @@ class TsLikeClient:
         """The engine's ``pullFrom(source)``: a pull with ``source`` set, on the same cursor."""
         self.pull(source)
 
+    def initial_sync(self) -> None:
+        """``engine.initialSync``: apply the checkpoint's deltas as one batch; the cursor becomes
+        its ``X-Checkpoint-Hlc`` even when the batch failed."""
+        fetched = self.gateway.checkpoint(self.client_id)
+        if fetched is None:
+            return
+        deltas, snapshot = fetched
+        self.checkpoint_cursors.append(snapshot)
+        if deltas:
+            self._apply(deltas)
+        self.cursor = snapshot
+
     def sync_once(self) -> None:
-        """PullFirstStrategy: pull, then push (no checkpoint: the gateway answers 404)."""
+        """PullFirstStrategy: [initialSync while the cursor is 0, with ``bootstrap``], pull,
+        then push."""
+        if self.bootstrap and self.cursor == 0:
+            self.initial_sync()
         self.pull()
         self.push()
 

@@ -10,7 +10,8 @@ directory), and passes them down as settings objects:
   :mod:`.checks`);
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
   for development, supervised by :mod:`.dev` (:mod:`.run`);
-* ``migrate`` — copy a destination's tables into another one (:mod:`.migrate`).
+* ``migrate`` — copy a destination's tables into another one (:mod:`.migrate`);
+* ``query``, ``history`` — the lake read back, now or as it was (:mod:`.lake`).
 
 A missing data directory or WAL, an unknown gateway or a taken port stops a command with exit
 status 2 and one line, before anything is created (:mod:`.checks`).
@@ -23,6 +24,7 @@ import click
 from . import run
 from .doctor import doctor
 from .gateway import gateway
+from .lake import history, query
 from .migrate import migrate
 from .status import status
 from .token import token
@@ -42,3 +44,5 @@ main.add_command(status)
 main.add_command(doctor)
 main.add_command(migrate)
 run.register(main)
+main.add_command(query)
+main.add_command(history)

@@ -19,14 +19,18 @@ from ..settings import (
     ENV_ACTION_LEASE_SECONDS,
     ENV_ACTION_RETENTION_SECONDS,
     ENV_ACTION_TIMEOUT_SECONDS,
+    ENV_CHECKPOINTS,
     ENV_DATA_DIR,
     ENV_DRAIN_SECONDS,
     ENV_JWT_SECRET,
     ENV_JWT_SECRET_PREVIOUS,
     ENV_MAX_BACKLOG_BYTES,
     ENV_WAL_URL,
+    ENV_WAREHOUSE,
     DataLayout,
     GatewaySettings,
+    ObjectStoreSettings,
+    checkpoint_root,
 )
 from .options import data_dir_option, defs_dir_option, resolve_secret
 
@@ -51,11 +55,14 @@ def gateway_settings(
     ws_rate_limit: int | None = None,
     ws_send_queue: int | None = None,
     ws_poll_interval_s: float | None = None,
+    checkpoints: str | None = None,
     drain_s: float = 0.0,
 ) -> GatewaySettings:
     """The gateway's settings from its flags (the secret file is created on first start);
     ``${VAR}`` in the declarations is read from this process's environment; ``ws_*`` flags
-    left unset keep the settings' defaults."""
+    left unset keep the settings' defaults. Checkpoints are read from ``checkpoints``, else
+    where the pipeline writes them by default (beside an S3 ``LAKESYNC_WAREHOUSE``, or
+    ``<data-dir>/checkpoints``), with the standard ``AWS_*`` variables for S3."""
     secrets: list[str] = []
     if not no_auth:
         secrets.append(resolve_secret(data_dir, jwt_secret, create=True))
@@ -73,6 +80,8 @@ def gateway_settings(
         action_timeout_s=action_timeout_s,
         action_lease_s=action_lease_s,
         action_retention_s=action_retention_s,
+        checkpoints=checkpoint_root(data_dir, os.environ.get(ENV_WAREHOUSE), checkpoints),
+        object_store=ObjectStoreSettings.from_env(os.environ),
         drain_s=drain_s,
     )
     return dataclasses.replace(
@@ -128,6 +137,12 @@ def gateway_settings(
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds between reads of the WAL's head that notice other processes' commits for"
     " broadcast (default 0.025).",
+)
+@click.option(
+    "--checkpoints",
+    envvar=ENV_CHECKPOINTS,
+    help="Where the pipeline writes initial-sync checkpoints: a folder or s3://bucket/prefix"
+    " (default: beside an S3 LAKESYNC_WAREHOUSE, else <data-dir>/checkpoints).",
 )
 @click.option(
     "--workers",
@@ -186,6 +201,7 @@ def gateway(
     ws_rate_limit: int | None,
     ws_send_queue: int | None,
     ws_poll_interval: float | None,
+    checkpoints: str | None,
     workers: int,
     log_level: str,
     drain_seconds: float,
@@ -215,6 +231,7 @@ def gateway(
         ws_rate_limit=ws_rate_limit,
         ws_send_queue=ws_send_queue,
         ws_poll_interval_s=ws_poll_interval,
+        checkpoints=checkpoints,
         drain_s=drain_seconds,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)

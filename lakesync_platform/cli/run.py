@@ -138,7 +138,22 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
 
 @click.command()
-@click.argument("stage", type=click.Choice(["flush", "state", "materialise", "connector", "sync"]))
+@click.argument(
+    "stage",
+    type=click.Choice(
+        [
+            "flush",
+            "state",
+            "materialise",
+            "connector",
+            "trim",
+            "lifecycle",
+            "compact",
+            "checkpoint",
+            "sync",
+        ]
+    ),
+)
 @click.argument("name", required=False)
 @click.option("--gw", help="Gateway id (default: every known gateway).")
 @data_dir_option
@@ -166,6 +181,14 @@ def run(
     ``lakesync run connector NAME [--gw GW]`` polls one registered connector once (``--gw``
     may be left out when only one gateway has a connector of that name).
 
+    ``lakesync run compact [--gw GW]`` looks after the lake: compaction, then snapshot expiry
+    and orphan removal, table by table (LAKESYNC_SNAPSHOT_RETENTION_SECONDS and the other
+    upkeep settings).
+    ``trim`` trims the hot WAL of what the lake holds (LAKESYNC_WAL_RETENTION_SECONDS,
+    LAKESYNC_WAL_RETENTION_ENTRIES, LAKESYNC_DEDUP_RETENTION_SECONDS); ``lifecycle`` trims and
+    then moves old rows of destinations with a lifecycle block to their cold tier.
+    ``checkpoint`` writes an initial-sync checkpoint of the lake's state (when it moved since
+    the last one) and removes superseded ones.
     ``lakesync run sync`` runs the sync job — flush, state, materialise — on one Spark session.
     """
     from ..pipeline.context import PipelineContext
@@ -207,12 +230,12 @@ def run(
             gateways = []
         else:
             gateways = [gw] if gw else known
-        if gateways:
+        if gateways and stage != "checkpoint":  # a checkpoint with nothing new needs no Spark
             with progress.step(f"starting Spark (JVM log: {settings.layout.spark_log})"):
                 ctx.spark  # noqa: B018 — started here, so its time is shown apart from the stages
         for g in gateways:
             with progress.step(f"{stage} {g}"):
-                done = _run_stage(ctx, stage, g)
+                done = _run_stage(ctx, stage, g, progress)
             results += done
             if not as_json:
                 for result in done:
@@ -250,16 +273,30 @@ def _run_connector(
     return report
 
 
-def _run_stage(ctx: PipelineContext, stage: str, gw: str) -> list[StageResult]:
+def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -> list[StageResult]:
     """Run ``stage`` of ``gw``; its results."""
+    from ..pipeline.checkpoint import run_checkpoint
     from ..pipeline.flush import run_flush
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
     if stage == "sync":
-        return [result for step in _SYNC_JOB for result in _run_stage(ctx, step, gw)]
+        return [result for step in _SYNC_JOB for result in _run_stage(ctx, step, gw, progress)]
+    if stage == "checkpoint":
+        return [run_checkpoint(ctx, gw)]
+    if stage == "compact":
+        from ..pipeline.upkeep import run_compaction, run_expiry
+
+        compacted = run_compaction(ctx, gw, step=progress.step)
+        return [*compacted, *run_expiry(ctx, gw, step=progress.step)]
     if stage == "flush":
         return [run_flush(ctx, gw)]
+    if stage in ("trim", "lifecycle"):
+        from ..pipeline.lifecycle import run_trim
+        from ..pipeline.tiering import run_tiering
+
+        trimmed: list[StageResult] = [run_trim(ctx, gw)]
+        return trimmed + list(run_tiering(ctx, gw)) if stage == "lifecycle" else trimmed
     if stage == "state":
         return list(run_state(ctx, gw))
     done = run_materialise(ctx, gw)

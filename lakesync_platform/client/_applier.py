@@ -17,9 +17,12 @@ The rules (stamps ordered by ``(hlc, client_id)`` with
   stamps.
 
 :func:`plan_row` is the pure rule; :func:`apply_rows` runs it for a page and writes the user
-tables and the stamps (call it inside a transaction). Tables the client has not registered, and
-columns its schema lacks, are skipped (logged) rather than failing the page — the reference
-client gets stuck re-pulling such a page forever (PROTOCOL.md §12).
+tables and the stamps (call it inside a transaction). :func:`apply_block` applies a checkpoint's
+block of stamped rows: rows the client holds go through the same rule, rows new to it (all of
+them, on a first sync) are inserted in bulk — for a new row the rule takes every column as sent,
+so the bulk insert is the rule's result without running it row by row. Tables the client has
+not registered, and columns its schema lacks, are skipped (logged) rather than failing the
+page — the reference client gets stuck re-pulling such a page forever (PROTOCOL.md §12).
 """
 
 from __future__ import annotations
@@ -29,14 +32,23 @@ from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.delta import DELETE
+from ..core.delta import DELETE, INSERT
 from ..core.merge import stamp_gt
+from ..core.stamped import StampedBlock, StampedColumns
 from ._db import LocalDB
 from ._schemas import SchemaRegistry, to_sql
-from ._stamps import NO_STAMP, RowStamps, Stamp, load_stamps, save_stamps
-from ._wire import RemoteRow
+from ._stamps import (
+    NO_STAMP,
+    RowStamps,
+    Stamp,
+    has_stamps,
+    load_stamps,
+    save_new_stamps,
+    save_stamps,
+)
+from ._wire import RemoteColumn, RemoteRow
 
-__all__ = ["RowPlan", "apply_rows", "plan_row"]
+__all__ = ["RowPlan", "apply_block", "apply_rows", "block_row", "plan_row"]
 
 log = logging.getLogger(__name__)
 
@@ -171,4 +183,92 @@ def apply_rows(db: LocalDB, registry: SchemaRegistry, rows: Sequence[RemoteRow])
             _write_table(db, table, types, {k: writes[k] for k in touched}, stamps)
             save_stamps(db, table, touched)
             changed.add(table)
+    return changed
+
+
+def block_row(block: StampedBlock, i: int) -> RemoteRow:
+    """Row ``i`` of a checkpoint block as a full stamped row."""
+    return RemoteRow(
+        INSERT,
+        block.table,
+        block.row_ids[i],
+        block.hlcs[i],
+        block.client_ids[i],
+        tuple(
+            RemoteColumn(c.name, c.values[i], c.hlcs[i], c.client_ids[i])
+            for c in block.columns
+            if c.hlcs[i]
+        ),
+        block.delete_hlcs[i],
+        block.delete_client_ids[i],
+    )
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Types SQLite binds as they are (``bool`` as 0/1): a column of only these needs no
+:func:`to_sql` per value."""
+
+
+def _bound(column: StampedColumns, col_type: str) -> list[Any]:
+    """A block column's values as SQLite binds them (:func:`to_sql`, skipped for a column of
+    plain values, which the set of their types tells in one pass in C)."""
+    values = column.values
+    if col_type == "json" or not set(map(type, values)) <= _PLAIN:
+        return [to_sql(v, col_type) for v in values]
+    return values
+
+
+def _column_stamps(columns: Sequence[StampedColumns], rows: int) -> list[dict[str, Stamp]]:
+    """Each row's column stamps ``{name: (hlc, client)}`` (columns it lacks left out)."""
+    names = [c.name for c in columns]
+    pairs = [list(zip(c.hlcs, c.client_ids, strict=True)) for c in columns]
+    if all(0 not in c.hlcs for c in columns):  # every row holds every column: zips in C
+        return [dict(zip(names, row, strict=True)) for row in zip(*pairs, strict=True)]
+    stamps: list[dict[str, Stamp]] = [{} for _ in range(rows)]
+    for name, column in zip(names, pairs, strict=True):
+        for cells, stamp in zip(stamps, column, strict=True):
+            if stamp[0]:
+                cells[name] = stamp
+    return stamps
+
+
+def apply_block(db: LocalDB, registry: SchemaRegistry, block: StampedBlock) -> set[str]:
+    """Apply a checkpoint block; returns the user tables that changed (inside a transaction).
+
+    Rows the client holds (it has their stamps) go through :func:`apply_rows`; the others are
+    new to it and inserted in bulk with their column stamps (and no local delete stamp), which
+    is what :func:`plan_row` makes of a new row.
+    """
+    types = registry.types(block.table)
+    if types is None:
+        log.warning("skipping %d checkpoint rows of unregistered table %r", len(block), block.table)
+        return set()
+    local = load_stamps(db, block.table, block.row_ids) if has_stamps(db, block.table) else {}
+    changed = set()
+    if local:
+        held = [block_row(block, i) for i, rid in enumerate(block.row_ids) if rid in local]
+        changed |= apply_rows(db, registry, held)
+        block = block.subset([i for i, rid in enumerate(block.row_ids) if rid not in local])
+    columns = [c for c in block.columns if c.name in types]
+    if not len(block) or not columns:
+        return changed
+    if len(columns) < len(block.columns):
+        # A row with none of the client's columns stays absent (as plan_row leaves it); a live
+        # row holds one of the block's columns, so this is needed only when some are unknown.
+        stamps_by_row = zip(*(c.hlcs for c in columns), strict=True)
+        present = [i for i, hlcs in enumerate(stamps_by_row) if any(hlcs)]
+        if len(present) < len(block):
+            block = block.subset(present)
+            columns = [c for c in block.columns if c.name in types]
+    bound = [_bound(c, types[c.name]) for c in columns]
+    names = "".join(f', "{c.name}"' for c in columns)
+    updates = ", ".join(f'"{c.name}" = excluded."{c.name}"' for c in columns)
+    db.exec_many(
+        f'INSERT INTO "{block.table}" (_rowId{names}) VALUES (?{", ?" * len(columns)}) '
+        f"ON CONFLICT (_rowId) DO UPDATE SET {updates}",
+        list(zip(block.row_ids, *bound, strict=True)),
+    )
+    stamps = _column_stamps(columns, len(block))
+    save_new_stamps(db, block.table, block.row_ids, stamps)
+    changed.add(block.table)
     return changed

@@ -165,6 +165,11 @@ class LakeSyncClient:
             return {"connectors": {}}
         return self.transport.describe_actions()
 
+    def rebootstrap(self) -> int:
+        """Replace what this client holds by the gateway's current checkpoint, then pull from
+        it (shortcut for ``coordinator.rebootstrap()``); returns rows received."""
+        return self.coordinator.rebootstrap()
+
     def pull_from(self, source: str) -> int:
         """Pull every page of the gateway's declared source ``source``; returns rows received
         (shortcut for ``coordinator.pull_from(source)``)."""

@@ -1,10 +1,10 @@
 """The sync engine: pull remote pages, push the outbox, on demand or on a background thread.
 
 ``sync_once`` = initial checkpoint (first sync only, when the gateway offers one; a 404 means
-none) → pull every page while ``hasMore`` → push every due outbox batch → send every due queued
-action (:mod:`._actions`) → if anything was pushed, pull once more, so the client holds the
-gateway's resolution of its own writes (columns it lost, rows that left its view) when
-``sync_once`` returns. Differences from the reference
+none: the client pages from the start instead) → pull every page while ``hasMore`` → push
+every due outbox batch → send every due queued action (:mod:`._actions`) → if anything was
+pushed, pull once more, so the client holds the gateway's resolution of its own writes (columns
+it lost, rows that left its view) when ``sync_once`` returns. Differences from the reference
 coordinator (PROTOCOL.md §12), on purpose:
 
 * the pull cursor is persisted, in the same transaction as the page it belongs to, and is never
@@ -17,7 +17,12 @@ coordinator (PROTOCOL.md §12), on purpose:
   ``sync_once`` pushes them all; entries it refused keep their backoff;
 * a batch the gateway rejects as malformed is bisected so one bad delta cannot hold back the
   others; dead-lettered entries stay visible (:meth:`SyncCoordinator.dead_letters`) and are
-  reported through ``on_error`` — never dropped silently.
+  reported through ``on_error`` — never dropped silently;
+* a checkpoint carries per-column stamps and is applied frame by frame (each in its own
+  transaction, by the same per-column rules as a pull page); the cursor moves to the
+  checkpoint's only once every frame is applied, so an interrupted download is taken up again,
+  never taken for whole. :meth:`SyncCoordinator.rebootstrap` replaces what the client holds
+  by a fresh checkpoint (e.g. when the gateway no longer keeps the log back to its cursor).
 """
 
 from __future__ import annotations
@@ -31,24 +36,34 @@ from typing import Generic, Literal, TypeVar
 
 from ..core.errors import ClockDriftError, RateLimitedError
 from ..core.hlc import HLC, encode
+from ..core.stamped import StampedBlock
 from ._actions import ActionQueue
-from ._applier import apply_rows
+from ._applier import apply_block, apply_rows
 from ._db import LocalDB
 from ._errors import DeadLetterError, TransportError, is_permanent
 from ._kv import SyncState
 from ._outbox import Outbox, OutboxEntry
 from ._schemas import SchemaRegistry
 from ._tracker import SyncTracker
-from ._transport import RealtimeTransport, Transport
-from ._wire import RemoteRow, checkpoint_rows
+from ._transport import Checkpoint, RealtimeTransport, Transport
+from ._wire import CheckpointBatch, RemoteRow
 
 __all__ = ["SyncCoordinator", "SyncMode", "SyncReport"]
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_STAMP = 1
-"""The column stamp given to checkpoint rows, which carry only each row's newest stamp: older
-than every real write, so any stamped value (pulled or local) replaces it."""
+_SEEN_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS _lakesync_seen ("
+    "tbl TEXT NOT NULL, row_id TEXT NOT NULL, PRIMARY KEY (tbl, row_id)) WITHOUT ROWID"
+)
+_SEEN_INSERT = "INSERT OR IGNORE INTO temp._lakesync_seen (tbl, row_id) VALUES (?, ?)"
+_UNSEEN = (
+    "SELECT s.row_id FROM _lakesync_stamps s WHERE s.tbl = ?1"
+    " AND NOT EXISTS (SELECT 1 FROM temp._lakesync_seen x"
+    " WHERE x.tbl = s.tbl AND x.row_id = s.row_id)"
+    " AND NOT EXISTS (SELECT 1 FROM _lakesync_outbox o"
+    " WHERE o.tbl = s.tbl AND o.row_id = s.row_id)"
+)
 
 SyncMode = Literal["full", "push_only", "pull_only"]
 """Which halves ``sync_once`` and auto-sync run."""
@@ -216,8 +231,8 @@ class SyncCoordinator:
 
     # ---------------------------------------------------------------- pull
 
-    def _observe(self, rows: Sequence[RemoteRow]) -> None:
-        high = max((r.hlc for r in rows), default=0)  # a row's hlc is its newest stamp
+    def _observe(self, high: int) -> None:
+        """Absorb ``high``, the newest stamp of rows just received (0: none)."""
         if high == 0:
             return
         with self._db.lock:
@@ -226,23 +241,33 @@ class SyncCoordinator:
             except ClockDriftError as exc:
                 log.warning("remote stamp ahead of the local clock: %s", exc.message)
 
-    def _apply(self, rows: list[RemoteRow], cursor: int, source: str | None = None) -> int:
+    def _apply(self, batch: CheckpointBatch, cursor: int | None, source: str | None = None) -> int:
+        """Apply a page of rows (or a checkpoint's block) in one transaction and move the
+        cursor (of ``source``, if given) to ``cursor`` there (``None``: leave it)."""
         with self._db.transaction():
-            changed = apply_rows(self._db, self._registry, rows)
-            if source is None:
+            if isinstance(batch, StampedBlock):
+                changed = apply_block(self._db, self._registry, batch)
+                high = max(batch.hlcs, default=0)
+            else:
+                changed = apply_rows(self._db, self._registry, batch)
+                high = max((r.hlc for r in batch), default=0)  # a row's hlc is its newest stamp
+            if cursor is None:
+                pass
+            elif source is None:
                 self._state.cursor = cursor
             else:
                 self._state.set_source_cursor(source, cursor)
-            self._observe(rows)
+            self._observe(high)
             self._state.hlc_high = encode(*self._hlc.state)
             self._db.mark_changed(changed)
         if changed:
             self._changes.emit(frozenset(changed))
-        return len(rows)
+        return len(batch)
 
     def _initial_sync(self) -> int:
         try:
-            checkpoint = self.transport.checkpoint()
+            checkpoint = self.transport.checkpoint(self.client_id)
+            received = 0 if checkpoint is None else self._bootstrap(checkpoint, replace=False)
         except TransportError:
             raise  # unreachable: the pull could not work either; try again next time
         except Exception as exc:
@@ -251,10 +276,77 @@ class SyncCoordinator:
             self._errors.emit(exc)
             return 0
         self._checkpoint_tried = True
-        if checkpoint is None:
-            return 0
-        rows = checkpoint_rows(checkpoint.deltas, CHECKPOINT_STAMP)
-        return self._apply(rows, checkpoint.snapshot_hlc)
+        return received
+
+    def _bootstrap(self, checkpoint: Checkpoint, *, replace: bool) -> int:
+        """Apply every batch of ``checkpoint`` (a transaction each), then move the cursor to it.
+
+        ``replace``: afterwards drop the local rows the checkpoint lacks (deleted, or out of
+        this client's view, by then), unless they have writes in the outbox.
+        """
+        received = 0
+        try:
+            if replace:
+                self._db.exec(_SEEN_DDL)
+                self._db.exec("DELETE FROM temp._lakesync_seen")
+            for batch in checkpoint.batches:
+                if replace:
+                    keys = (
+                        [(batch.table, row_id) for row_id in batch.row_ids]
+                        if isinstance(batch, StampedBlock)
+                        else [(r.table, r.row_id) for r in batch]
+                    )
+                    self._db.exec_many(_SEEN_INSERT, keys)
+                received += self._apply(batch, None)
+        finally:
+            checkpoint.close()
+        with self._db.transaction():
+            swept = self._sweep_unseen() if replace else set()
+            self._state.cursor = checkpoint.snapshot_hlc
+            self._db.mark_changed(swept)
+        if swept:
+            self._changes.emit(frozenset(swept))
+        return received
+
+    def _sweep_unseen(self) -> set[str]:
+        """Drop local rows missing from the checkpoint just applied and without outbox entries;
+        returns the tables changed."""
+        changed: set[str] = set()
+        for (table,) in self._db.query_tuples("SELECT DISTINCT tbl FROM _lakesync_stamps"):
+            gone = [(row_id,) for (row_id,) in self._db.query_tuples(_UNSEEN, [table])]
+            if not gone:
+                continue
+            if self._registry.types(table) is not None:
+                self._db.exec_many(f'DELETE FROM "{table}" WHERE _rowId = ?', gone)
+            self._db.exec_many(
+                "DELETE FROM _lakesync_stamps WHERE tbl = ? AND row_id = ?",
+                [(table, row_id) for (row_id,) in gone],
+            )
+            changed.add(table)
+        return changed
+
+    def rebootstrap(self) -> int:
+        """Replace what this client holds by the gateway's current checkpoint, then pull from it.
+
+        Rows of the checkpoint are applied per column as any pull (unpushed local writes stay
+        and are pushed later); local rows the checkpoint lacks are dropped unless they have
+        writes in the outbox. Without a checkpoint the client pulls everything from the start.
+        Returns the rows received. This is what a client does when the gateway can no longer
+        serve a pull from its cursor.
+        """
+        with self._sync_lock:
+            checkpoint = self.transport.checkpoint(self.client_id)
+            self._checkpoint_tried = True
+            if checkpoint is None:
+                with self._db.lock:
+                    self._state.cursor = 0
+                received = 0
+            else:
+                received = self._bootstrap(checkpoint, replace=True)
+            received += self._pull_pages(None)
+            self._answered()
+            self._synced()
+            return received
 
     def pull(self) -> int:
         """Pull and apply every page (one transaction each); returns the rows received."""

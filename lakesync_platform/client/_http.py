@@ -2,9 +2,9 @@
 
 * ``push`` → ``POST {url}/v1/sync/{gw}/push``; ``pull`` → ``GET .../pull?format=stamped``;
   ``execute_actions`` → ``POST .../action``; ``describe_actions`` → ``GET .../actions``;
-  ``checkpoint`` → ``GET .../checkpoint`` (404 = no checkpoint; otherwise a stream of
-  big-endian ``uint32`` length-prefixed protobuf ``SyncResponse`` frames, header
-  ``X-Checkpoint-Hlc``, §6).
+  ``checkpoint`` → ``GET .../checkpoint?format=stamped`` (404 = no checkpoint; otherwise a
+  stream of big-endian ``uint32`` length-prefixed protobuf ``StampedSyncResponse`` frames,
+  header ``X-Checkpoint-Hlc``, §6).
 * ``Authorization: Bearer`` from a static ``token`` or ``get_token()``; on a 401 the token is
   fetched again and the request retried once.
 * Connection failures and timeouts (:class:`httpx.TransportError`) are retried ``retries``
@@ -15,7 +15,8 @@
   here: a 429 or 503 goes back to the outbox, which retries it later and honours
   ``Retry-After``.
 * A checkpoint frame that does not decode raises ``CodecError`` (a ``ValidationError``): the
-  engine then reports it and pulls from the start instead.
+  engine then reports it and pulls from the start instead. Checkpoints are asked for with
+  ``format=stamped`` (per-column stamps) and read one frame at a time.
 * Error responses become the exception with the envelope's ``code``
   (:func:`~lakesync_platform.client._errors.error_from_envelope`).
 """
@@ -23,7 +24,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -31,13 +32,13 @@ import msgspec
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ..core.actions import Action, action_result_from_json
+from ..core.checkpoint import CHECKPOINT_MEDIA_TYPE
 from ..core.delta import RowDelta
-from ..core.proto import decode_sync_response
 from ..core.wire import delta_to_wire
 from ._actions import ActionResponse
 from ._errors import TransportError, error_from_envelope
 from ._transport import Checkpoint, PullResponse, PushAck
-from ._wire import decode_pull_body
+from ._wire import CheckpointBatch, checkpoint_batches, decode_pull_body, read_frames
 
 __all__ = [
     "CHECKPOINT_MEDIA_TYPE",
@@ -47,33 +48,12 @@ __all__ = [
     "read_frames",
 ]
 
-CHECKPOINT_MEDIA_TYPE = "application/x-lakesync-checkpoint-stream"
 RETRY_WAIT_S = 0.1
 """The pause before the first retry of a failed connection; it doubles with each retry."""
 RETRY_WAIT_MAX_S = 5.0
 """The longest pause between two retries."""
 
 _encoder = msgspec.json.Encoder()
-
-
-def read_frames(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Split a byte stream into ``uint32`` big-endian length-prefixed frames."""
-    buffer = bytearray()
-    for chunk in chunks:
-        buffer.extend(chunk)
-        while len(buffer) >= 4:
-            size = int.from_bytes(buffer[:4], "big")
-            if len(buffer) < 4 + size:
-                break
-            yield bytes(buffer[4 : 4 + size])
-            del buffer[: 4 + size]
-    if buffer:
-        raise TransportError(f"checkpoint stream ended inside a frame ({len(buffer)} bytes left)")
-
-
-def _decode_frame(frame: bytes) -> list[RowDelta]:
-    deltas, _server_hlc, _has_more = decode_sync_response(frame)
-    return deltas
 
 
 def _json(response: httpx.Response) -> dict[str, Any]:
@@ -206,30 +186,41 @@ class HttpTransport:
             ) from None
         return PullResponse(body.deltas, body.server_hlc, body.has_more)
 
-    def checkpoint(self) -> Checkpoint | None:
-        """``GET /v1/sync/{gw}/checkpoint``; ``None`` on 404 (no checkpoint yet)."""
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
+        """``GET /v1/sync/{gw}/checkpoint?format=stamped``; ``None`` on 404 (no checkpoint yet).
+
+        The rows arrive one frame at a time as the returned :class:`Checkpoint`'s batches are
+        read; a connection lost mid-stream raises :class:`TransportError` from them.
+        """
         url = f"{self._base}/sync/{self.gateway_id}/checkpoint"
+        params = {"format": "stamped", **({"clientId": client_id} if client_id else {})}
         response = self._send(
             lambda auth: self._client.build_request(
-                "GET", url, headers={**auth, "Accept": CHECKPOINT_MEDIA_TYPE}
+                "GET", url, params=params, headers={**auth, "Accept": CHECKPOINT_MEDIA_TYPE}
             ),
             stream=True,
         )
         try:
             if response.status_code == 404:
+                response.close()
                 return None
             self._raise_for(response)
             header = response.headers.get("X-Checkpoint-Hlc")
             snapshot = _int(header, "X-Checkpoint-Hlc") if header else 0
-            deltas: list[RowDelta] = []
+        except BaseException:
+            response.close()
+            raise
+
+        def batches() -> Iterator[CheckpointBatch]:
             try:
                 for frame in read_frames(response.iter_bytes()):
-                    deltas.extend(_decode_frame(frame))
+                    yield from checkpoint_batches(frame)
             except httpx.HTTPError as exc:
                 raise TransportError(f"checkpoint download failed: {exc!r}") from exc
-            return Checkpoint(deltas, snapshot)
-        finally:
-            response.close()
+            finally:
+                response.close()
+
+        return Checkpoint(snapshot, batches(), response.close)
 
     def execute_actions(self, client_id: str, actions: Sequence[Action]) -> ActionResponse:
         """``POST /v1/sync/{gw}/action``: one result per action, in order."""

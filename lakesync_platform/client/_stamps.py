@@ -11,14 +11,23 @@ hold at least one column.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
 from ._db import LocalDB
 
-__all__ = ["NO_STAMP", "STAMPS_DDL", "RowStamps", "Stamp", "load_stamps", "save_stamps"]
+__all__ = [
+    "NO_STAMP",
+    "STAMPS_DDL",
+    "RowStamps",
+    "Stamp",
+    "has_stamps",
+    "load_stamps",
+    "save_new_stamps",
+    "save_stamps",
+]
 
 Stamp = tuple[int, str]
 """``(hlc, client_id)``; ordered with :func:`lakesync_platform.core.merge.stamp_gt`."""
@@ -97,3 +106,24 @@ def save_stamps(db: LocalDB, table: str, rows: Mapping[str, RowStamps]) -> None:
         )
     if deletes:
         db.exec_many("DELETE FROM _lakesync_stamps WHERE tbl = ? AND row_id = ?", deletes)
+
+
+def has_stamps(db: LocalDB, table: str) -> bool:
+    """Whether the client holds stamps of any row of ``table`` (a first sync: none)."""
+    found = db.query_tuples("SELECT 1 FROM _lakesync_stamps WHERE tbl = ? LIMIT 1", [table])
+    return bool(found)
+
+
+def save_new_stamps(
+    db: LocalDB, table: str, row_ids: Sequence[str], columns: Sequence[dict[str, Stamp]]
+) -> None:
+    """Write the stamps of rows new to the client: ``columns[i]`` are row ``i``'s column stamps
+    (no local delete). Each row's stamps are encoded as one ``[columns, delete]`` array, the
+    layout of :meth:`RowStamps.encode`, without building a :class:`RowStamps` per row."""
+    # One encoder call for all rows (newline-delimited; JSON escapes newlines in strings).
+    blobs = _encoder.encode_lines([(cells, NO_STAMP) for cells in columns]).split(b"\n")
+    db.exec_many(
+        "INSERT INTO _lakesync_stamps (tbl, row_id, stamps) VALUES (?, ?, ?) "
+        "ON CONFLICT (tbl, row_id) DO UPDATE SET stamps = excluded.stamps",
+        [(table, row_id, blob) for row_id, blob in zip(row_ids, blobs, strict=False)],
+    )

@@ -15,18 +15,26 @@ both transports alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from ..core.checkpoint import CheckpointStore
 from ..core.delta import RowDelta
 from ..core.errors import SourceNotFoundError
 from ..core.sync_rules import Claims
 from ._errors import TransportError
-from ._wire import RemoteRow, parse_remote_rows
+from ._wire import (
+    CheckpointBatch,
+    RemoteRow,
+    checkpoint_batches,
+    parse_remote_rows,
+    read_frames,
+)
 
 __all__ = [
     "Checkpoint",
+    "EmbeddedCheckpoints",
     "EmbeddedSyncService",
     "InProcessTransport",
     "OfflineTransport",
@@ -54,12 +62,21 @@ class PullResponse:
     has_more: bool
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
-    """An initial-sync snapshot: compacted rows as of cursor ``snapshot_hlc`` (PROTOCOL.md §6)."""
+    """An initial-sync snapshot being read (PROTOCOL.md §6): rows as of cursor ``snapshot_hlc``
+    (the pull cursor to resume from; 0: pull from the start), in ``batches`` read as they are
+    consumed — a frame of the stream at a time, so a large checkpoint never sits in memory
+    whole: blocks of stamped rows, or rows without column stamps (the reference's format).
+    ``close`` releases the stream (call it whether or not every batch was read)."""
 
-    deltas: list[RowDelta]
     snapshot_hlc: int
+    batches: Iterable[CheckpointBatch]
+    close: Callable[[], None] = field(default=_nothing)
 
 
 @runtime_checkable
@@ -92,8 +109,9 @@ class Transport(Protocol):
         gateway's own rows, or of the named ``source``'s."""
         ...
 
-    def checkpoint(self) -> Checkpoint | None:
-        """The initial-sync checkpoint, or ``None`` when the gateway offers none."""
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
+        """The initial-sync checkpoint (stamped rows) for ``client_id``, or ``None`` when the
+        gateway offers none."""
         ...
 
     def close(self) -> None:
@@ -167,13 +185,40 @@ class EmbeddedSyncService(Protocol):
         ...
 
 
+class _ServedCheckpoint(Protocol):
+    """What an embedded checkpoint answers: the cursor to resume from and the frames."""
+
+    @property
+    def cursor(self) -> int: ...
+
+    @property
+    def frames(self) -> Iterator[bytes]: ...
+
+
+class EmbeddedCheckpoints(Protocol):
+    """The sync engine's checkpoint serving, as an :class:`InProcessTransport` calls it."""
+
+    def checkpoint(
+        self,
+        gw: str,
+        client_id: str | None,
+        store: CheckpointStore,
+        *,
+        claims: Claims | None = ...,
+        stamped: bool = ...,
+    ) -> _ServedCheckpoint | None:
+        """The checkpoint in ``store`` as ``client_id`` may see it (``None``: none)."""
+        ...
+
+
 class InProcessTransport:
     """A transport that calls the sync engine in this process (no HTTP, no auth).
 
     ``claims`` are the sync-rule claims the caller would carry in its token (``sub`` defaults
-    to the pushing client id); ``checkpoint`` optionally supplies initial-sync snapshots;
-    ``sources`` are the delta logs :meth:`pull` may name (an ``adapters.source.DeltaSource``
-    each).
+    to the pushing client id); ``checkpoints`` is the store the gateway's checkpoints are read
+    from (the service then serves them, as over HTTP), or ``checkpoint`` supplies snapshots
+    itself; ``sources`` are the delta logs :meth:`pull` may name (an
+    ``adapters.source.DeltaSource`` each).
     """
 
     def __init__(
@@ -184,12 +229,14 @@ class InProcessTransport:
         claims: Mapping[str, str | Sequence[str]] | None = None,
         checkpoint: Callable[[], Checkpoint | None] | None = None,
         sources: Mapping[str, Any] | None = None,
+        checkpoints: CheckpointStore | None = None,
     ) -> None:
         self.service = service
         self.gateway_id = gateway_id
         self._claims = dict(claims or {})
         self._checkpoint = checkpoint
         self._sources = dict(sources or {})
+        self._checkpoints = checkpoints
 
     def _claims_for(self, client_id: str) -> dict[str, str | tuple[str, ...]]:
         claims: dict[str, str | tuple[str, ...]] = {"sub": client_id}
@@ -228,9 +275,23 @@ class InProcessTransport:
             )
         return PullResponse(parse_remote_rows(page.deltas), page.server_hlc, page.has_more)
 
-    def checkpoint(self) -> Checkpoint | None:
-        """The injected checkpoint source's snapshot, or ``None``."""
-        return self._checkpoint() if self._checkpoint is not None else None
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
+        """The injected snapshot, or the service's stamped checkpoint from ``checkpoints``
+        (``None`` without either, or when the store holds none)."""
+        if self._checkpoint is not None:
+            return self._checkpoint()
+        serve = getattr(self.service, "checkpoint", None)
+        if self._checkpoints is None or serve is None:
+            return None
+        engine: EmbeddedCheckpoints = self.service  # type: ignore[assignment]
+        claims = self._claims_for(client_id) if client_id is not None else dict(self._claims)
+        served = engine.checkpoint(
+            self.gateway_id, client_id, self._checkpoints, claims=claims, stamped=True
+        )
+        if served is None:
+            return None
+        batches = (b for f in read_frames(served.frames) for b in checkpoint_batches(f))
+        return Checkpoint(served.cursor, batches)
 
     def close(self) -> None:
         """Nothing to release (the service belongs to the caller)."""
@@ -252,7 +313,7 @@ class OfflineTransport:
         """Always raises :class:`TransportError`."""
         raise self._fail()
 
-    def checkpoint(self) -> Checkpoint | None:
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
         """No checkpoint."""
         return None
 

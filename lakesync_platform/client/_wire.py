@@ -9,26 +9,37 @@ delta's stamp.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final, Literal
 
 import msgspec
 
-from ..core.delta import OPS, ColumnDelta, RowDelta
+from ..core.delta import INSERT, OPS, ColumnDelta, RowDelta
 from ..core.errors import ValidationError
+from ..core.proto import decode_sync_response
+from ..core.stamped import StampedBlock, decode_stamped_response
 from ..core.wire import delta_to_wire
+from ._errors import TransportError
 
 __all__ = [
+    "CHECKPOINT_STAMP",
+    "CheckpointBatch",
     "PullBody",
     "RemoteColumn",
     "RemoteRow",
-    "checkpoint_rows",
+    "checkpoint_batches",
     "decode_pull_body",
     "delta_from_wire",
     "delta_to_wire",
     "parse_remote_row",
     "parse_remote_rows",
+    "read_frames",
 ]
+
+CHECKPOINT_STAMP: Final = 1
+"""The column stamp given to the rows of a checkpoint without column stamps (the reference's
+format: only each row's newest stamp): older than every real write, so any stamped value
+(pulled or local) replaces it."""
 
 
 def _hlc(value: object, what: str) -> int:
@@ -133,21 +144,48 @@ def decode_pull_body(data: bytes) -> PullBody:
         raise _fix(exc) from None
 
 
-def checkpoint_rows(deltas: Sequence[RowDelta], column_hlc: int) -> list[RemoteRow]:
-    """Checkpoint deltas as partial rows whose columns carry the stamp ``(column_hlc, "")``.
+def read_frames(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Split a byte stream into ``uint32`` big-endian length-prefixed frames (a checkpoint)."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer.extend(chunk)
+        while len(buffer) >= 4:
+            size = int.from_bytes(buffer[:4], "big")
+            if len(buffer) < 4 + size:
+                break
+            yield bytes(buffer[4 : 4 + size])
+            del buffer[: 4 + size]
+    if buffer:
+        raise TransportError(f"checkpoint stream ended inside a frame ({len(buffer)} bytes left)")
 
-    A checkpoint says only each row's newest stamp, not each column's, so its columns get a tiny
-    stamp that any real (pulled or local) write replaces.
+
+CheckpointBatch = StampedBlock | list[RemoteRow]
+"""One frame of a checkpoint: a block of stamped rows, or (a frame in the reference's format)
+rows without column stamps."""
+
+
+def checkpoint_batches(frame: bytes) -> list[CheckpointBatch]:
+    """The rows of one checkpoint frame (a malformed frame is a
+    :class:`~lakesync_platform.core.proto.CodecError`).
+
+    A ``StampedSyncResponse`` gives its blocks: full rows with their column stamps. A frame
+    without blocks is read as the reference's ``SyncResponse`` of ``INSERT``\\ s, whose rows
+    carry only their newest stamp: each column gets :data:`CHECKPOINT_STAMP` and the row is
+    applied as partial.
     """
-    return [
+    blocks, _ = decode_stamped_response(frame)
+    if blocks:
+        return list(blocks)
+    deltas, _, _ = decode_sync_response(frame)
+    rows = [
         RemoteRow(
-            cast(_Op, d.op),
+            INSERT,
             d.table,
             d.row_id,
             d.hlc,
             d.client_id,
-            tuple(RemoteColumn(c.column, c.value, column_hlc, "") for c in d.columns),
-            delta_id=d.delta_id,
+            tuple(RemoteColumn(c.column, c.value, CHECKPOINT_STAMP, "") for c in d.columns),
         )
         for d in deltas
     ]
+    return [rows] if rows else []

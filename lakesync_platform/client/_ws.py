@@ -241,9 +241,9 @@ class WebSocketTransport:
         except CodecError as exc:
             raise TransportError(f"gateway sent an undecodable reply: {exc.message}") from None
 
-    def checkpoint(self) -> Checkpoint | None:
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
         """Over HTTP (``GET /v1/sync/{gw}/checkpoint``)."""
-        return self.http.checkpoint()
+        return self.http.checkpoint(client_id)
 
     def close(self) -> None:
         """Close the socket, stop reconnecting, stop the threads, close the HTTP transport."""

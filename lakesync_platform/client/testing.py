@@ -66,10 +66,10 @@ class FlakyTransport:
         self._check()
         return self.inner.pull(client_id, since, limit, source)
 
-    def checkpoint(self) -> Checkpoint | None:
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
         """The inner transport's checkpoint unless offline."""
         self._check()
-        return self.inner.checkpoint()
+        return self.inner.checkpoint(client_id)
 
     def close(self) -> None:
         """Close the inner transport."""

@@ -30,6 +30,7 @@ __all__ = [
     "ActionClaim",
     "AppendRequest",
     "ConnectorStore",
+    "FeedReader",
     "FlushRequest",
     "GatewayCounters",
     "GatewayStats",
@@ -43,6 +44,7 @@ __all__ = [
     "RowWrite",
     "StoredRow",
     "WalEntry",
+    "WalStorage",
     "WalStore",
     "decode_columns",
     "encode_columns",
@@ -131,6 +133,19 @@ class GatewayStats:
     backlog_bytes: int
     row_count: int
     live_rows: int
+    log_entries: int = 0
+    log_floor: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class WalStorage:
+    """What the WAL's database takes: ``bytes`` on disk (SQLite: the database file and its
+    ``-wal`` journal; PostgreSQL: the WAL's tables with their indexes and TOAST) and, of those,
+    ``free_bytes`` kept for reuse (SQLite's free pages; ``None`` where the database does not
+    say)."""
+
+    bytes: int
+    free_bytes: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +275,22 @@ class RowReader(Protocol):
         ...
 
 
+class FeedReader(Protocol):
+    """One consistent read of a gateway's row state for the broadcast feed: the rows, and what
+    any of its clients hold of them."""
+
+    def scan(self, after: int, limit: int) -> list[StoredRow]:
+        """Rows whose last change is after cursor ``after``, in cursor order."""
+        ...
+
+    def delivery_records(
+        self, client_ids: Sequence[str], keys: Sequence[str]
+    ) -> dict[str, dict[str, RowRecord]]:
+        """What each of ``client_ids`` holds of the rows ``keys``, as far as the server knows,
+        by client id (clients that hold none of them are left out)."""
+        ...
+
+
 class WalStore(Protocol):
     """The durable log, row state, delivery state, config store and flush requests of every
     gateway id (each isolated by key)."""
@@ -295,8 +326,39 @@ class WalStore(Protocol):
         """Record that the lake holds every entry up to ``cursor`` (never moves backwards)."""
         ...
 
-    def trim(self, gw: str, up_to: int) -> int:
-        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
+        """Delete log entries with cursor ≤ ``up_to`` that are in the lake (at or below the
+        flush watermark) — with ``before_ms``, only the oldest run of them ingested before it —
+        in transactions of at most ``batch`` entries (pushes go on between them); move the
+        log's floor to the last trimmed cursor; return how many were deleted."""
+        ...
+
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
+        """Forget the accepted ``deltaId``s of deltas stamped before ``before_hlc`` (the dedup
+        horizon moves there), in transactions of at most ``batch``; return how many."""
+        ...
+
+    def log_floor(self, gw: str) -> int:
+        """The cursor up to which the log was trimmed (0: never): entries at or below it are
+        gone from the WAL and live in the lake only."""
+        ...
+
+    def dedup_horizon(self, gw: str) -> int:
+        """The HLC before which accepted ids may have been forgotten (0: none were)."""
+        ...
+
+    def cursor_keeping(self, gw: str, entries: int) -> int:
+        """The highest cursor that leaves the newest ``entries`` log entries above it (0 when
+        the log holds no more than that)."""
+        ...
+
+    def storage(self) -> WalStorage:
+        """What the whole WAL database takes on disk (every gateway)."""
+        ...
+
+    def reclaim(self) -> None:
+        """Make the space of trimmed entries and ids reusable now (PostgreSQL: ``VACUUM`` of
+        those tables, which blocks no reader or writer; elsewhere nothing to do)."""
         ...
 
     def stats(self, gw: str) -> GatewayStats:
@@ -320,15 +382,41 @@ class WalStore(Protocol):
         """The cursor ``client_id`` last pulled from (0 if it never pulled)."""
         ...
 
+    def has_pulled(self, gw: str, client_id: str) -> bool:
+        """Whether ``client_id`` ever pulled from ``gw`` (a pull from 0 included)."""
+        ...
+
     def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
     ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+        """Upsert what ``client_id`` holds of the rows ``records`` names. A row named in
+        ``expected`` is written only if its record still is the one given there (read before
+        the page was cut): one changed meanwhile — a push marked the row held, another page
+        recorded it — is left as it is."""
         ...
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows (a read
         outside a pull of the WAL's own rows: a source pull's records)."""
+        ...
+
+    def feed_read(self, gw: str) -> AbstractContextManager[FeedReader]:
+        """A read of rows and delivery records for the broadcast feed's pages (recording no
+        client's pull)."""
+        ...
+
+    def save_delivery_records(
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
+    ) -> None:
+        """Upsert what each client holds of the rows named, ``{client_id: {row_key: record}}``,
+        in one transaction; ``expected`` as in :meth:`save_client_records`, per client."""
         ...
 
     def row_states(self, gw: str, table: str) -> Iterator[tuple[str, RowState]]:

@@ -16,6 +16,14 @@ Every ``*.yaml`` / ``*.yml`` file in the folder (sorted by name) declares, for o
         tables: [todos]           # optional; default: every table of the gateway ("*")
         role: primary             # optional: primary (default; its failure fails the run) or
                                   # best_effort (retried; a failure is reported, the run goes on)
+        lifecycle:                # optional: tier rows no run wrote for a while (SQL kinds only)
+          to: archive             # a destination of this gateway with role cold
+          after: P30D             # ISO 8601 duration since the row's last write (synced_at)
+          batch: 5000             # optional: rows moved per transaction
+      - name: archive
+        kind: postgres
+        url: postgresql+psycopg://app@db:5432/archive
+        role: cold                # the cold tier: only lifecycle moves write it
       - name: analytics
         kind: bigquery            # credentials: Application Default Credentials
         project: ${GOOGLE_CLOUD_PROJECT}
@@ -102,6 +110,7 @@ from .model import (
     Declarations,
     DestinationDecl,
     GatewayDecl,
+    LifecycleDecl,
     SourceDecl,
     expand_env,
 )
@@ -118,6 +127,7 @@ __all__ = [
     "Declarations",
     "DestinationDecl",
     "GatewayDecl",
+    "LifecycleDecl",
     "SourceDecl",
     "apply_declarations",
     "expand_env",

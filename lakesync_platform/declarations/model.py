@@ -23,12 +23,14 @@ __all__ = [
     "ENV_REFERENCE",
     "SOURCE_KINDS",
     "SOURCE_OPTIONS",
+    "TIER_KINDS",
     "ActionConnectorDecl",
     "ActionTypeDecl",
     "DeclarationError",
     "Declarations",
     "DestinationDecl",
     "GatewayDecl",
+    "LifecycleDecl",
     "SchemaStore",
     "SourceDecl",
     "expand_env",
@@ -37,8 +39,12 @@ __all__ = [
 DESTINATION_KINDS: Final = ("postgres", "mysql", "sqlite", "bigquery")
 BIGQUERY_KEYS: Final = ("project", "dataset", "location", "endpoint")
 ACTION_KINDS: Final = ("webhook", "sql")
-DESTINATION_ROLES: Final = ("primary", "best_effort")
-"""``primary``: its failure fails the run; ``best_effort``: retried, its failure is reported."""
+DESTINATION_ROLES: Final = ("primary", "best_effort", "cold")
+"""``primary``: its failure fails the run; ``best_effort``: retried, its failure is reported;
+``cold``: the cold tier of another destination's ``lifecycle`` — materialise never writes it,
+only the lifecycle job moves rows into it."""
+TIER_KINDS: Final = ("postgres", "mysql", "sqlite")
+"""The destination kinds a ``lifecycle`` block may move rows between."""
 SOURCE_KINDS: Final = ("postgres", "mysql", "lake", "bigquery")
 """The source kinds a declaration may name (the keys of ``adapters.source.SOURCE_KINDS``)."""
 SOURCE_OPTIONS: Final[Mapping[str, tuple[str, ...]]] = {"lake": ("warehouse", "namespace")}
@@ -51,6 +57,16 @@ class DeclarationError(LakeSyncError):
     """A declaration file is malformed; the message names the file and the problem."""
 
     code = "DECLARATION_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class LifecycleDecl:
+    """A destination's lifecycle: rows not written for ``after_s`` seconds move to the cold
+    destination ``to`` (``batch`` rows per transaction); a row that changes again comes back."""
+
+    to: str
+    after_s: float
+    batch: int = 5_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,7 @@ class DestinationDecl:
     location: str | None = None
     endpoint: str | None = None
     role: str = "primary"
+    lifecycle: LifecycleDecl | None = None
 
     @property
     def primary(self) -> bool:

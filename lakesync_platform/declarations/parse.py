@@ -3,6 +3,7 @@ the file and the path, into the records of :mod:`.model`; and applying them to a
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -25,17 +26,27 @@ from .model import (
     ENV_REFERENCE,
     SOURCE_KINDS,
     SOURCE_OPTIONS,
+    TIER_KINDS,
     ActionConnectorDecl,
     ActionTypeDecl,
     DeclarationError,
     Declarations,
     DestinationDecl,
     GatewayDecl,
+    LifecycleDecl,
     SchemaStore,
     SourceDecl,
 )
 
 __all__ = ["apply_declarations", "load_declarations", "parse_declarations"]
+
+
+class _Lifecycle(msgspec.Struct, forbid_unknown_fields=True):
+    """A destination's lifecycle block as written (``after``: an ISO 8601 duration)."""
+
+    to: str
+    after: timedelta
+    batch: Annotated[int, msgspec.Meta(ge=1)] = 5_000
 
 
 class _Destination(msgspec.Struct, forbid_unknown_fields=True):
@@ -51,6 +62,7 @@ class _Destination(msgspec.Struct, forbid_unknown_fields=True):
     endpoint: Annotated[str, msgspec.Meta(min_length=1)] | None = None
 
     role: str = "primary"
+    lifecycle: _Lifecycle | None = None
 
 
 class _Param(msgspec.Struct, forbid_unknown_fields=True):
@@ -188,7 +200,68 @@ def _destination(where: str, i: int, raw: _Destination) -> DestinationDecl:
         location=raw.location,
         endpoint=raw.endpoint,
         role=raw.role,
+        lifecycle=_lifecycle(where, path, name, raw),
     )
+
+
+def _lifecycle(where: str, path: str, name: str, raw: _Destination) -> LifecycleDecl | None:
+    """A destination's lifecycle block, checked on its own (its target: :func:`_check_tiers`)."""
+    block = raw.lifecycle
+    if block is None:
+        return None
+    at = f"{path}.lifecycle"
+    if raw.role == "cold":
+        raise _error(where, at, f"destination {name!r} is a cold tier: it has no lifecycle")
+    if raw.kind not in TIER_KINDS:
+        raise _error(
+            where, at, f"lifecycle moves rows between {TIER_KINDS} destinations, not {raw.kind}"
+        )
+    if block.after.total_seconds() <= 0:
+        raise _error(where, f"{at}.after", "lifecycle after must be a positive duration")
+    return LifecycleDecl(block.to, block.after.total_seconds(), block.batch)
+
+
+def _check_tiers(where: dict[str, str], dests: dict[str, DestinationDecl], gw: str) -> None:
+    """Each lifecycle names a cold destination of the gateway that covers its tables, and each
+    cold destination is some lifecycle's target."""
+    targets: dict[str, str] = {}
+    for dest in dests.values():
+        tier = dest.lifecycle
+        if tier is None:
+            continue
+        at = f"{where[dest.name]}: destination {dest.name!r} lifecycle"
+        cold = dests.get(tier.to)
+        if cold is None:
+            known = ", ".join(n for n, d in dests.items() if d.role == "cold") or "none"
+            raise DeclarationError(
+                f"{at} moves rows to {tier.to!r}, which is not declared for {gw!r} "
+                f"(cold destinations: {known})"
+            )
+        if cold.role != "cold":
+            raise DeclarationError(f"{at} moves rows to {tier.to!r}, whose role is not cold")
+        if cold.kind not in TIER_KINDS:
+            raise DeclarationError(
+                f"{at} moves rows to {tier.to!r} of kind {cold.kind}: a cold tier is one of "
+                f"{TIER_KINDS}"
+            )
+        if cold.tables is not None and (
+            dest.tables is None or not set(dest.tables) <= set(cold.tables)
+        ):
+            raise DeclarationError(
+                f"{at}: the cold destination {tier.to!r} must cover every table of "
+                f'{dest.name!r} (give it tables: "*" or the same list)'
+            )
+        if tier.to in targets:
+            raise DeclarationError(
+                f"{at}: {tier.to!r} is already the cold tier of {targets[tier.to]!r}"
+            )
+        targets[tier.to] = dest.name
+    for dest in dests.values():
+        if dest.role == "cold" and dest.name not in targets:
+            raise DeclarationError(
+                f"{where[dest.name]}: destination {dest.name!r} has role cold but no "
+                "destination's lifecycle moves rows to it"
+            )
 
 
 def _check_bigquery(where: str, path: str, name: str, raw: _Destination) -> None:
@@ -302,6 +375,7 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
     connectors: dict[str, dict[str, ConnectorConfig]] = {}
     sources: dict[str, dict[str, SourceDecl]] = {}
     best_effort_at: dict[str, tuple[str, str]] = {}  # gw → (file, path) of its first one
+    dest_files: dict[str, dict[str, str]] = {}  # gw → destination → the file declaring it
     for where, doc in documents:
         if doc is None:
             continue
@@ -320,7 +394,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
             if dest.name in dests.setdefault(gw, {}):
                 raise DeclarationError(f"{where}: destination {dest.name!r} declared twice")
             dests[gw][dest.name] = dest
-            if not dest.primary:
+            dest_files.setdefault(gw, {})[dest.name] = where
+            if dest.role == "best_effort":
                 best_effort_at.setdefault(gw, (where, f"$.destinations[{i}].role"))
         for i, raw_action in enumerate(parsed.actions or []):
             action = _action_connector(where, i, raw_action)
@@ -350,6 +425,8 @@ def parse_declarations(documents: list[tuple[str, Any]]) -> Declarations:
                     f"{where}: connector {action.connector!r} uses destination"
                     f" {action.destination!r}, which is not declared for {gw!r}"
                 )
+    for gw, declared_dests in dests.items():
+        _check_tiers(dest_files[gw], declared_dests, gw)
     for gw, (where, path) in best_effort_at.items():
         if not any(d.primary for d in dests[gw].values()):
             raise _error(

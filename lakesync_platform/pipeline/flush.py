@@ -40,7 +40,8 @@ def run_flush(
 
 
 def check_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
-    """Every WAL entry up to the lake watermark is in ``lakesync_deltas`` exactly once."""
+    """Every WAL entry up to the lake watermark is in ``lakesync_deltas`` exactly once (the
+    entries above the hot WAL's floor: those below were trimmed, the lake holds them alone)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("check of the change log", gw):
         return _check_log(ctx, spark, gw)
@@ -60,7 +61,8 @@ def _check_log(ctx: PipelineContext, spark: SparkSession, gw: str) -> CheckOutco
         int(r["cursor"]) for r in lake.filter(F.col("cursor") <= mark).select("cursor").collect()
     }
     wal_cursors: set[int] = set()
-    after = 0
+    floor = wal.log_floor(gw)
+    after = floor
     while True:
         page = [e for e in wal.read_entries(gw, after, _PAGE) if e.cursor <= mark]
         if not page:
@@ -68,14 +70,16 @@ def _check_log(ctx: PipelineContext, spark: SparkSession, gw: str) -> CheckOutco
         wal_cursors.update(e.cursor for e in page)
         after = page[-1].cursor
     missing = len(wal_cursors - lake_cursors)
-    passed = duplicates == 0 and missing == 0
+    passed = duplicates == 0 and missing == 0 and mark >= floor
     return CheckOutcome(
         passed,
-        f"{len(wal_cursors)} WAL entries ≤ {mark}: {missing} missing, {duplicates} duplicated",
+        f"{len(wal_cursors)} WAL entries {floor + 1}..{mark}: {missing} missing, "
+        f"{duplicates} duplicated",
         {
             "lake_rows": int(stats["rows"]),
             "missing": missing,
             "duplicates": duplicates,
             "watermark": mark,
+            "wal_floor": floor,
         },
     )

@@ -36,6 +36,7 @@ from ..spark.layout import (
 )
 from ..spark.materialise import MaterialiseResult, materialise_table, watermark_key
 from .context import CheckOutcome, PipelineContext
+from .tiering import cold_tier
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,7 +82,9 @@ def run_materialise(
     failure raises), then best-effort destinations (retried; failures reported)."""
     schemas = {t: s for t, s in ctx.tables(gw).items() if tables is None or t in tables}
     chosen = {
-        n: d for n, d in ctx.destinations(gw).items() if destinations is None or n in destinations
+        n: d
+        for n, d in ctx.destinations(gw).items()
+        if (destinations is None or n in destinations) and d.role != "cold"
     }
     run = MaterialiseRun()
     ctx.spark  # noqa: B018 — started before the lock is taken: the lock is for the lake's work
@@ -131,11 +134,17 @@ def _materialise(
 ) -> list[MaterialiseResult]:
     destination = ctx.open_destination(dest)
     try:
-        return [
-            materialise_table(ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog)
-            for table, schema in schemas.items()
-            if dest.covers(table)
-        ]
+        done: list[MaterialiseResult] = []
+        for table, schema in schemas.items():
+            if not dest.covers(table):
+                continue
+            with cold_tier(ctx, gw, dest, destination, schema) as tier:
+                done.append(
+                    materialise_table(
+                        ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog, tier=tier
+                    )
+                )
+        return done
     finally:
         destination.close()
 
@@ -207,13 +216,19 @@ def _check_destination(
     try:
         target.ensure_table(schema)
         dest_rows = {r["row_id"]: r for r in target.read_back(schema)}
+        # A tiered destination holds each row in one tier: its cold rows count, and a row in
+        # both tiers differs.
+        with cold_tier(ctx, gw, decl, target, schema) as tier:
+            cold_rows = [] if tier is None else tier.cold_rows()
+        both = sorted(r["row_id"] for r in cold_rows if r["row_id"] in dest_rows)
+        dest_rows.update({r["row_id"]: r for r in cold_rows if r["row_id"] not in dest_rows})
     except AdapterError as exc:
         if decl.primary:
             raise
         return CheckOutcome(False, f"{destination} is unreachable: {exc.message}", {})
     finally:
         target.close()
-    differ: list[str] = []
+    differ: list[str] = list(both)
     for row in spark.table(name).collect():
         got = dest_rows.get(row["row_id"])
         if not row[LIVE_COL]:
@@ -231,5 +246,10 @@ def _check_destination(
     return CheckOutcome(
         not differ,
         f"{len(differ)} of the state's rows differ in {destination}.{schema.table}",
-        {"differ": len(differ), "sample": differ[:10], "destination_rows": len(dest_rows)},
+        {
+            "differ": len(differ),
+            "sample": differ[:10],
+            "destination_rows": len(dest_rows),
+            "in_both_tiers": len(both),
+        },
     )

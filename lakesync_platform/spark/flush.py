@@ -58,6 +58,10 @@ class FlushWal(Protocol):
         """Record that the lake holds every entry up to ``cursor``."""
         ...
 
+    def log_floor(self, gw: str) -> int:
+        """The cursor up to which the WAL's log was trimmed (0: never)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LakeWatermark:
@@ -137,8 +141,20 @@ class FlushPlan:
 def plan_flush(
     spark: SparkSession, wal: FlushWal, gw: str, *, max_entries: int | None = None
 ) -> FlushPlan:
-    """Read the lake watermark back and the WAL head: the range the next flush covers."""
+    """Read the lake watermark back and the WAL head: the range the next flush covers.
+
+    Raises :class:`FlushError` when the WAL was trimmed past the lake's watermark (the lake was
+    restored from an older state): the entries in between are gone from the WAL, and a flush
+    must not skip them silently.
+    """
     mark = lake_watermark(spark, gw)
+    floor = wal.log_floor(gw)
+    if mark.cursor < floor:
+        raise FlushError(
+            f"The lake holds {gw!r}'s log up to cursor {mark.cursor}, but the WAL was trimmed "
+            f"up to {floor}: entries {mark.cursor + 1}..{floor} are in neither. Restore the "
+            "change log (lakesync_deltas) from a backup that reaches the WAL's floor"
+        )
     head = wal.max_cursor(gw)
     if max_entries is not None:
         head = min(head, mark.cursor + max_entries)

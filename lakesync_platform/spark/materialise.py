@@ -9,30 +9,47 @@ Running twice, or after a crash, applies the same rows again: the result is the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
+from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
+__all__ = ["ColdTier", "MaterialiseResult", "changed_rows", "materialise_table", "watermark_key"]
 
 _BATCH = 50_000
 TxT = TypeVar("TxT")
+TxC = TypeVar("TxC", contravariant=True)
+
+
+class ColdTier(Protocol[TxC]):
+    """The cold tier of a destination table (:class:`~lakesync_platform.adapters.tiers.SqlTier`):
+    rows a run changes are promoted back to the hot table inside its transaction, and released
+    from the cold one once it committed — so a changed row lives in the hot tier only."""
+
+    def promote(self, conn: TxC, row_ids: Sequence[str]) -> int:
+        """Copy the cold rows among ``row_ids`` that the hot table lacks into it (in ``conn``)."""
+        ...
+
+    def release(self) -> int:
+        """Delete the promoted rows' cold copies (after the hot commit)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
 class MaterialiseResult:
-    """What one materialise run wrote into one destination table."""
+    """What one materialise run wrote into one destination table, and from which snapshot of
+    the state table."""
 
     gateway_id: str
     table: str
@@ -42,6 +59,8 @@ class MaterialiseResult:
     upserted: int
     deleted: int
     seconds: float
+    state_snapshot_id: int | None = None
+    """The state table's snapshot the rows were read from (``None``: it had none)."""
 
 
 def watermark_key(gw: str, schema: TableSchema, dest_table: str) -> str:
@@ -75,7 +94,14 @@ def _collect_arrow(df: DataFrame) -> pa.Table:
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
 ) -> pa.Table:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied).
+    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied)."""
+    return _read_arrow_at(catalog, gw, schema, after, ensure)[0]
+
+
+def _read_arrow_at(
+    catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
+) -> tuple[pa.Table, int | None]:
+    """:func:`_read_arrow`, and the snapshot it read.
 
     ``ensure`` creates or evolves the state table; it runs only when the table is missing or
     lacks a column of ``schema``."""
@@ -92,12 +118,17 @@ def _read_arrow(
     if not {*names, LIVE_COL, CURSOR_COL} <= present:
         ensure()
         table = catalog.load_table((gw, log_table(schema)))
+    # The scan reads the current snapshot of the metadata loaded above, with the table's
+    # current schema (naming the snapshot would read it with the schema it was written with,
+    # without columns added since).
+    snapshot_id = table.metadata.current_snapshot_id
     scan = table.scan(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
     )
     rows = scan.to_arrow()
-    return rows.select([*names, LIVE_COL, CURSOR_COL]).rename_columns([*names, "live", "cursor"])
+    renamed = rows.select([*names, LIVE_COL, CURSOR_COL])
+    return renamed.rename_columns([*names, "live", "cursor"]), snapshot_id
 
 
 def materialise_table(
@@ -110,10 +141,13 @@ def materialise_table(
     catalog: Catalog | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
+    tier: ColdTier[TxT] | None = None,
 ) -> MaterialiseResult:
     """Apply the state rows of ``schema`` changed since ``destination``'s watermark.
 
     ``catalog``: a pyiceberg catalog over the same lake to read the rows with (else Spark).
+    ``tier``: the table's cold tier (a destination with a ``lifecycle``): changed rows that
+    went cold are promoted back first, and released from the cold tier after the commit.
     """
     import pyarrow.compute as pc
 
@@ -125,12 +159,17 @@ def materialise_table(
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
     if catalog is not None:
-        changed = _read_arrow(
+        changed, snapshot_id = _read_arrow_at(
             catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
         )
     else:
-        state = spark.table(ensure_state_table(spark, gw, schema))
-        changed = _collect_arrow(changed_rows(state, schema, mark))
+        # The current snapshot, read with the current schema (a snapshot named by id is read
+        # with the schema it was written with); the stage holds the lake's lock, so nothing
+        # commits between the two.
+        name = ensure_state_table(spark, gw, schema)
+        current = current_snapshot(spark, name)
+        snapshot_id = None if current is None else current.snapshot_id
+        changed = _collect_arrow(changed_rows(spark.table(name), schema, mark))
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     top = mark
@@ -145,6 +184,8 @@ def materialise_table(
             empty = created or (mark == 0 and destination.is_empty(conn, dest))
             for offset in range(0, changed.num_rows, _BATCH):
                 batch = changed.slice(offset, _BATCH)
+                if tier is not None and not empty:
+                    tier.promote(conn, batch.column("row_id").to_pylist())
                 live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
                 upserted += destination.upsert_arrow(
                     conn, schema, live, synced_at, dest, empty_target=empty
@@ -154,6 +195,8 @@ def materialise_table(
                     ids = dead.column("row_id").to_pylist()
                     deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
             destination.set_watermark(conn, key, top, expected=mark)
+    if tier is not None:
+        tier.release()
     return MaterialiseResult(
-        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started
+        gw, schema.table, dest, mark + 1, top, upserted, deleted, clock() - started, snapshot_id
     )

@@ -69,7 +69,9 @@ _SPLIT = str(8 << 20)
 
 @dataclass(frozen=True, slots=True)
 class StateResult:
-    """What one state run did for one table: log range merged, rows touched, live among them."""
+    """What one state run did for one table: log range merged, rows touched, live among them,
+    and the state table's snapshot after the run (read the run's output back with ``lakesync
+    query --snapshot``)."""
 
     gateway_id: str
     table: str
@@ -78,6 +80,7 @@ class StateResult:
     rows_changed: int
     live_changed: int
     seconds: float
+    snapshot_id: int | None = None
 
 
 # The transforms below are written as SQL expression text (``selectExpr`` / ``expr``): one py4j
@@ -289,8 +292,9 @@ def update_state(
     mark = 0 if empty else state_watermark(spark, target)
     lake = lake_watermark(spark, gw)
     upper = lake.cursor
+    unchanged = None if before is None else before.snapshot_id
     if upper <= mark or lake.snapshot_id is None:
-        return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
+        return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started, unchanged)
     # The batch is (mark, upper]: the log as of the snapshot the lake watermark was read at
     # holds exactly the entries up to ``upper`` (flushes commit contiguous WAL ranges), so only
     # ``mark`` needs a filter — none on a first load, which keeps that plan's generated code the
@@ -316,7 +320,9 @@ def update_state(
         rows = int(first["rows"])
         top = int(first["top"]) if rows else mark
         live = int(first["live"])
-        return StateResult(gw, schema.table, mark + 1, top, rows, live, clock() - started)
+        return StateResult(
+            gw, schema.table, mark + 1, top, rows, live, clock() - started, _current(spark, target)
+        )
     merged = merge_states(spark.table(target), incoming, schema).cache()
     try:
         stats = merged.agg(
@@ -326,7 +332,7 @@ def update_state(
         ).collect()[0]
         changed = int(stats["rows"])
         if changed == 0:
-            return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started)
+            return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started, unchanged)
         view = f"lakesync_state_src_{uuid.uuid4().hex}"
         merged.createOrReplaceTempView(view)
         spark.sql(
@@ -344,4 +350,11 @@ def update_state(
         changed,
         int(stats["live"]),
         clock() - started,
+        _current(spark, target),
     )
+
+
+def _current(spark: SparkSession, table_name: str) -> int | None:
+    """The table's current snapshot id (what a run just committed)."""
+    snapshot = current_snapshot(spark, table_name)
+    return None if snapshot is None else snapshot.snapshot_id

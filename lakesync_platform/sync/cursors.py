@@ -2,9 +2,10 @@
 
 A pull cursor is one 64-bit integer (sent as a decimal string, as the TS client expects for
 ``serverHlc``/``since``): the low :data:`POSITION_BITS` bits hold the ingest position, the bits
-above a *view tag* — 0 without filtering sync rules, else a hash of the rules and the caller's
-claims. A cursor minted under other rules or claims carries another tag, so the next pull
-starts the client's view over from 0 (rows entering the view arrive whole).
+above a *view tag* — 0 without filtering sync rules, else a hash of the rules and the claims
+they read (:meth:`~.config.GatewayConfig.view_tag`). A cursor minted under other rules or
+claims carries another tag, so the next pull starts the client's view over from 0 (rows
+entering the view arrive whole).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The realtime feed: WebSocket sessions, their frames, and the broadcast after every commit.
+"""The realtime feed's sessions: WebSocket sessions, their frames, and their sending.
 
 PROTOCOL.md §7 and ARCHITECTURE.md §3–§4. A :class:`Session` is one authenticated socket of one
 gateway. Frames are binary: a tag byte and a protobuf message (:mod:`..core.proto`). Each tag is
@@ -8,58 +8,42 @@ more function handed to :meth:`RealtimeService.handle`. A handler's reply is sen
 **Push** is :meth:`SyncService.push` — the same validation, one transaction, the reply only
 after the commit — as over HTTP.
 
-**Broadcast** is the session's own pull. Each session keeps a feed cursor — every row changed
-up to it has been sent on this socket — starting where the client last asked to pull from
-(durable in the WAL: a client that pulls from ``C`` holds every row up to ``C``, so frames lost
-with an earlier socket are sent again) and following the client's own pulls on the socket. When
-the gateway's log grows, every session of that gateway runs :meth:`SyncService.pull` from its
-feed cursor with its own claims (``feed=True``: not remembered as the client's pull) and sends
-each row of the page as a ``0x03`` frame of its own. Pull's guarantees hold as they are: nothing
-outside the client's view, no entry skipped (the feed never moves past what it sent), rows whole
-and current (never an old value over a newer one), rows entering and leaving the view.
-One frame per row because the TS applier applies a frame whole or not at all, and one case
-fails it that no server can foresee: a remote row that beats a local ``INSERT`` still queued
-(a plain ``INSERT`` on the row it created). Over pull the client retries from its unmoved
-cursor; a broadcast is not re-sent, so the failure must cost that row only — and that row comes
-back when the client pushes its ``INSERT`` (it changes the row or, losing, re-announces it).
-The pushing session is fed too: its pending write may have been overwritten by a broadcast that
-crossed its push (the TS applier ignores entries being sent), and only a later delivery of the
-row restores it.
+**Broadcast** is :mod:`.feed`: after every commit each session is fed the rows changed after
+its feed cursor, which starts where the client last asked to pull from (durable in the WAL: a
+client that pulls from ``C`` holds every row up to ``C``, so frames lost with an earlier socket
+are sent again) and follows the client's own pulls on the socket. One frame per row because the
+TS applier applies a frame whole or not at all, and one case fails it that no server can
+foresee: a remote row that beats a local ``INSERT`` still queued (a plain ``INSERT`` on the row
+it created). Over pull the client retries from its unmoved cursor; a broadcast is not re-sent,
+so the failure must cost that row only — and that row comes back when the client pushes its
+``INSERT`` (it changes the row or, losing, re-announces it). The pushing session is fed too:
+its pending write may have been overwritten by a broadcast that crossed its push (the TS
+applier ignores entries being sent), and only a later delivery of the row restores it.
 
-The log's growth is noticed two ways: a commit in this process calls :meth:`notify` (the HTTP
-push route and the WebSocket push handler do), and a watcher polls the gateway's last cursor
-every :attr:`RealtimeLimits.poll_interval_s` while the gateway has sessions, which sees commits
-of every other process on the same WAL — gateway workers on one SQLite file, gateway processes
-on one Postgres database, connectors' appends. Polling was taken over LISTEN/NOTIFY: it works
-on both stores with one code path, costs one indexed read per gateway per interval whatever the
-number of sockets, and needs no change to the push transaction; a commit in this process is
-broadcast at once and one in another process within an interval.
-
-Wake-ups coalesce: a session woken while it is already pulling pulls once more afterwards, so a
-burst of pushes costs each session at most two pulls, and a slow consumer costs the pushers
-nothing. On a gateway without filtering rules, the sessions at one cursor share one page per
-wake-up (:class:`_SharedPages`). Replies and broadcast pages (a page's frames together) wait
-for the socket in a bounded queue; a session whose queue is full is closed with 1013 (try again
-later): the client reconnects and pulls from its cursor.
+**Sending** (:meth:`Session.deliver`). A reply or a broadcast page (a page's frames together)
+is written on its caller's turn — the feed's, the handler's — when nothing waits to go before it
+and the socket takes it without waiting for the peer: a task or a queue hop per frame cost more
+than the write itself. A send that has to wait goes on as a task, and what follows it waits in
+a bounded queue that the session's send task empties in order; a session whose queue is full is
+closed with 1013 (try again later): the client reconnects and pulls from its cursor. So a slow
+consumer holds back no one: pushes return at commit and the feed hands out pages without
+waiting for any socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from ..core.actions import checked_action_push
-from ..core.delta import ColumnDelta, RowDelta
 from ..core.errors import ForbiddenError, LakeSyncError
 from ..core.proto import (
     TAG_ACTION_PUSH,
     TAG_ACTION_RESPONSE,
-    TAG_BROADCAST,
     TAG_SYNC_PULL,
     TAG_SYNC_PUSH,
     CodecError,
@@ -73,7 +57,7 @@ from ..core.proto import (
 )
 from ..core.sync_rules import Claims
 from .actions import ActionService
-from .delivery import PulledDelta, PullPage, StampedInsert
+from .feed import BroadcastFeed, FeedSession, Offloader, sync_response
 from .service import SyncService
 
 __all__ = [
@@ -115,8 +99,6 @@ _MAX_REASON_BYTES: Final = 123  # RFC 6455: a close frame's payload is at most 1
 _DEFAULT_PULL_LIMIT: Final = 100
 _MAX_PULL_LIMIT: Final = 10_000
 
-T = TypeVar("T")
-
 
 class FrameSocket(Protocol):
     """The transport under a session: an accepted WebSocket."""
@@ -126,19 +108,11 @@ class FrameSocket(Protocol):
         ...
 
     async def send(self, data: bytes) -> None:
-        """Send one binary message."""
+        """Send one binary message; it waits (suspends) only while the peer is not reading."""
         ...
 
     async def close(self, code: int, reason: str) -> None:
         """Close with ``code`` and ``reason``."""
-        ...
-
-
-class Offloader(Protocol):
-    """Runs a blocking call on a worker thread."""
-
-    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Awaitable[T]:
-        """``fn(*args, **kwargs)`` off the event loop."""
         ...
 
 
@@ -169,8 +143,9 @@ class Session:
     """One socket of one gateway: who is on it and the cursor its client holds.
 
     ``any_client_id``: the caller may push and pull as any client id (an admin token, or auth
-    off). ``cursor``: where the next broadcast pull starts, the feed cursor (see the module
-    docstring).
+    off). ``cursor``: where the next broadcast page starts, the feed cursor (see the module
+    docstring). ``lock`` is held while a frame handler runs; ``epoch`` counts the handlers that
+    started and ``feed_pending`` says the feed skipped the session meanwhile (:mod:`.feed`).
     """
 
     gw: str
@@ -180,12 +155,38 @@ class Session:
     cursor: int
     socket: FrameSocket
     queue: asyncio.Queue[Sequence[bytes]]
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     closing: bool = False
+    sending: bool = False
+    """The send task is sending frames it took off the queue."""
+    unfinished: asyncio.Task[None] | None = None
+    """A send started at once that had to wait for the peer; the send task waits for it."""
+    epoch: int = 0
+    feed_pending: bool = False
     window_start: float = 0.0
     window_count: int = 0
+
+    @property
+    def busy(self) -> bool:
+        """A frame handler is running on the session."""
+        return self.lock.locked()
+
+    def deliver(self, frames: Sequence[bytes]) -> bool:
+        """Send ``frames``: at once while nothing waits to be sent before them and the socket
+        takes them without waiting for the peer, else through the queue (the send task sends
+        them in order). ``False`` if the queue is full."""
+        if self.sending or self.unfinished is not None or not self.queue.empty():
+            return self._queue(frames)
+        for i, data in enumerate(frames):
+            try:
+                self.unfinished = _start(self.socket.send(data))
+            except Exception:  # the peer went away mid-send
+                self.closed.set()
+                return True
+            if self.unfinished is not None:  # the rest waits behind it (or just wakes the task)
+                return self._queue(frames[i + 1 :])
+        return True
 
     def check_client_id(self, client_id: str, what: str) -> None:
         """A push or pull names the token's subject (unless the caller may act for anyone)."""
@@ -194,111 +195,58 @@ class Session:
                 f"Client ID mismatch: {what} clientId does not match authenticated identity"
             )
 
+    def _queue(self, frames: Sequence[bytes]) -> bool:
+        try:
+            self.queue.put_nowait(frames)
+        except asyncio.QueueFull:
+            return False
+        return True
+
+
+def _start(send: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+    """Run ``send`` on the caller's turn until it first waits: ``None`` if it finished (a
+    socket that took the frame at once, the common case), else a task that finishes it.
+
+    What Python 3.12 calls an eager task, by hand for 3.11: a socket send costs microseconds,
+    and a task per send (or a queue hop to the session's send task) cost more than the send
+    itself — at 1 000 sockets about a quarter of the gateway's CPU per broadcast
+    (bench_realtime)."""
+    try:
+        waiting_on = send.send(None)
+    except StopIteration:
+        return None
+    return asyncio.ensure_future(_resume(send, waiting_on))
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    """Drive ``coro`` on from where it waits on the future ``waiting_on``, as its task would
+    have: once the future is done (whatever its outcome: the coroutine reads it), resume the
+    coroutine; if this task is cancelled meanwhile, cancel the future and pass the cancellation
+    in. (The future was yielded to us, not awaited by us: we wait for it to be done.)"""
+    while True:
+        try:
+            if waiting_on is None:  # a bare yield: let the loop go round once
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait((waiting_on,))
+        except asyncio.CancelledError as exc:
+            if waiting_on is not None:
+                waiting_on.cancel()
+            try:
+                waiting_on = coro.throw(exc)
+            except StopIteration:
+                return
+            continue
+        try:
+            waiting_on = coro.send(None)
+        except StopIteration:
+            return
+
 
 FrameHandler = Callable[[Session, bytes], Awaitable[bytes | None]]
 """Serves one frame's message (the bytes after the tag); returns the untagged reply, if any.
 A :class:`~lakesync_platform.core.errors.LakeSyncError` closes the session with 1008, a
 :class:`~lakesync_platform.core.proto.CodecError` with 1002."""
-
-
-def _row_delta(d: PulledDelta | StampedInsert) -> RowDelta:
-    return RowDelta(
-        d.op,
-        d.table,
-        d.row_id,
-        d.client_id,
-        tuple(ColumnDelta(c.column, c.value) for c in d.columns),
-        int(d.hlc),
-        d.delta_id,
-    )
-
-
-def sync_response(
-    wire: Sequence[PulledDelta | StampedInsert], cursor: int, has_more: bool
-) -> bytes:
-    """A ``SyncResponse`` of pulled deltas.
-
-    A cursor of 0 with nothing else would encode to no bytes, which the TS client ignores
-    (it waits for its reply forever); such a reply says ``has_more``, which it ignores.
-    """
-    deltas = [_row_delta(d) for d in wire]
-    return encode_sync_response(deltas, cursor, has_more or (cursor == 0 and not deltas))
-
-
-def _by_row(
-    wire: Sequence[PulledDelta | StampedInsert],
-) -> list[list[PulledDelta | StampedInsert]]:
-    """A page's deltas grouped by row (a row's are adjacent: a TS pair or one delete)."""
-    rows: list[list[PulledDelta | StampedInsert]] = []
-    for d in wire:
-        if rows and rows[-1][0].row_id == d.row_id and rows[-1][0].table == d.table:
-            rows[-1].append(d)
-        else:
-            rows.append([d])
-    return rows
-
-
-def _frames(page: PullPage) -> tuple[bytes, ...]:
-    """The broadcast frames of a feed page, one row per frame."""
-    return tuple(
-        frame(TAG_BROADCAST, sync_response(row, page.server_hlc, False))
-        for row in _by_row(page.wire)
-    )
-
-
-class _SharedPages:
-    """Feed pages of gateways without filtering rules, cut and framed once per cursor and
-    generation.
-
-    Without filtering rules a page depends on the cursor alone (no claims, no per-client
-    records), so the sessions woken by one commit at one cursor share it and its frames.
-    ``generation`` counts the gateway's wake-ups: a page cut in the generation a session woke
-    in was cut after the commit that woke it. Pages of earlier generations are dropped;
-    generations only grow (a page stored late for a gateway whose sessions all left is still
-    one cut after its commit).
-    """
-
-    def __init__(self, sync: SyncService) -> None:
-        self._sync = sync
-        self._lock = threading.Lock()
-        self._pages: dict[tuple[str, int, int, int], tuple[PullPage, tuple[bytes, ...]]] = {}
-        self._generations: dict[str, int] = {}
-
-    def cached(
-        self, gw: str, generation: int, cursor: int, limit: int
-    ) -> tuple[PullPage, tuple[bytes, ...]] | None:
-        """A page and its frames already cut, read on the event loop (a worker-thread hop per
-        socket for a lookup cost ~15% of the latency at 1 000 sockets: bench_realtime)."""
-        with self._lock:
-            return self._pages.get((gw, generation, cursor, limit))
-
-    def page(
-        self, gw: str, generation: int, client_id: str, cursor: int, limit: int, claims: Claims
-    ) -> tuple[PullPage, tuple[bytes, ...]]:
-        """The feed page of ``client_id`` from ``cursor`` and its frames (on a worker thread)."""
-        if self._sync.config(gw).has_filters:
-            page = self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
-            return page, _frames(page)
-        key = (gw, generation, cursor, limit)
-        with self._lock:
-            shared = self._pages.get(key)
-        if shared is None:
-            page = self._sync.pull(gw, client_id, cursor, limit, claims=claims, feed=True)
-            shared = (page, _frames(page))
-            with self._lock:
-                if generation > self._generations.get(gw, -1):
-                    self._generations[gw] = generation
-                    for old in [k for k in self._pages if k[0] == gw and k[1] < generation]:
-                        del self._pages[old]
-                if generation == self._generations[gw]:
-                    self._pages[key] = shared
-        return shared
-
-    def forget(self, gw: str) -> None:
-        """Drop the pages of ``gw`` (its last session left)."""
-        with self._lock:
-            for key in [k for k in self._pages if k[0] == gw]:
-                del self._pages[key]
 
 
 def _reason(text: str) -> str:
@@ -327,12 +275,16 @@ class RealtimeService:
             TAG_SYNC_PUSH: self._push,
             TAG_SYNC_PULL: self._pull,
         }
-        self._sessions: dict[str, set[Session]] = {}
-        self._heads: dict[str, int] = {}
-        self._generations: dict[str, int] = {}
-        self._shared = _SharedPages(sync)
-        self._watcher: asyncio.Task[None] | None = None
+        self._sessions: set[Session] = set()
         self._count = 0
+        self._closing: set[asyncio.Task[None]] = set()
+        self.feed = BroadcastFeed(
+            sync,
+            offload,
+            page_size=limits.page_size,
+            poll_interval_s=limits.poll_interval_s,
+            drop=self._drop,
+        )
 
     # ------------------------------------------------------------------ frames
 
@@ -414,11 +366,8 @@ class RealtimeService:
             socket,
             asyncio.Queue(self.limits.send_queue),
         )
-        if gw not in self._heads:
-            self._heads[gw] = await self._offload(self._sync.head, gw)
-        self._sessions.setdefault(gw, set()).add(session)
-        if self._watcher is None or self._watcher.done():
-            self._watcher = asyncio.create_task(self._watch(), name="lakesync-wal-watch")
+        await self.feed.add(session)
+        self._sessions.add(session)
         return session
 
     async def serve(self, session: Session) -> None:
@@ -426,25 +375,29 @@ class RealtimeService:
         tasks = [
             asyncio.create_task(self._receive_loop(session)),
             asyncio.create_task(self._send_loop(session)),
-            asyncio.create_task(self._feed_loop(session)),
         ]
         try:
             await session.closed.wait()
         finally:
+            if session.unfinished is not None:
+                tasks.append(session.unfinished)
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._forget(session)
 
     def _forget(self, session: Session) -> None:
-        sessions = self._sessions.get(session.gw)
-        if sessions is not None and session in sessions:
-            sessions.discard(session)
+        self.feed.remove(session)
+        if session in self._sessions:
+            self._sessions.discard(session)
             self._count -= 1
-            if not sessions:
-                del self._sessions[session.gw]
-                self._heads.pop(session.gw, None)
-                self._shared.forget(session.gw)  # generations never restart (see _SharedPages)
+
+    def _drop(self, session: FeedSession, reason: str) -> None:
+        """Close a session the feed cannot serve with 1013: the client reconnects and pulls."""
+        assert isinstance(session, Session)
+        task = asyncio.create_task(self._close(session, CLOSE_TRY_AGAIN_LATER, reason))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _close(self, session: Session, code: int, reason: str) -> None:
         """Send the close frame, then end the session. A peer that does not read gets the frame
@@ -461,12 +414,10 @@ class RealtimeService:
             session.closed.set()
 
     async def close_all(self) -> None:
-        """Close every session with 1001 (going away) and stop watching the WAL."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-        sessions = [s for group in self._sessions.values() for s in group]
+        """Close every session with 1001 (going away) and stop the feed."""
+        await self.feed.close()
         await asyncio.gather(
-            *(self._close(s, CLOSE_GOING_AWAY, "Server shutting down") for s in sessions)
+            *(self._close(s, CLOSE_GOING_AWAY, "Server shutting down") for s in self._sessions)
         )
 
     # ------------------------------------------------------------------ receiving
@@ -509,6 +460,7 @@ class RealtimeService:
         if handler is None:
             raise CloseSession(CLOSE_PROTOCOL_ERROR, f"Unknown message tag: 0x{tag:02x}")
         async with session.lock:
+            session.epoch += 1
             try:
                 reply = await handler(session, payload)
             except CodecError as exc:
@@ -517,24 +469,30 @@ class RealtimeService:
                 raise CloseSession(CLOSE_POLICY_VIOLATION, exc.message) from None
             if reply is not None:
                 self._enqueue(session, [reply])
+        if session.feed_pending:  # the feed skipped it while the handler ran
+            session.feed_pending = False
+            self.feed.feed_later(session)
 
     # ------------------------------------------------------------------ sending
 
     def _enqueue(self, session: Session, frames: Sequence[bytes]) -> None:
-        try:
-            session.queue.put_nowait(frames)
-        except asyncio.QueueFull:
-            raise CloseSession(
-                CLOSE_TRY_AGAIN_LATER, "Too far behind: reconnect and pull"
-            ) from None
+        if not session.deliver(frames):
+            raise CloseSession(CLOSE_TRY_AGAIN_LATER, "Too far behind: reconnect and pull")
 
     async def _send_loop(self, session: Session) -> None:
+        """Send what waits in the queue, after a send that had to wait for the peer."""
         try:
             while not session.closing:
-                for data in await session.queue.get():
+                frames = await session.queue.get()
+                session.sending = True
+                if session.unfinished is not None:
+                    await session.unfinished
+                    session.unfinished = None
+                for data in frames:
                     if session.closing:
                         break
                     await session.socket.send(data)
+                session.sending = False
         except asyncio.CancelledError:
             raise
         except Exception:  # the peer went away mid-send
@@ -544,60 +502,5 @@ class RealtimeService:
 
     def committed(self, gw: str, head: int) -> None:
         """A push in this process moved the log of ``gw`` to cursor ``head``: feed its sessions
-        now (if the push moved nothing, there is nothing to feed)."""
-        if gw not in self._sessions or head <= self._heads.get(gw, 0):
-            return
-        self._heads[gw] = head  # the watcher need not report it again
-        self.notify(gw)
-
-    def notify(self, gw: str) -> None:
-        """The log of ``gw`` grew: every session of it pulls from its cursor."""
-        self._generations[gw] = self._generations.get(gw, 0) + 1
-        for session in self._sessions.get(gw, ()):
-            session.wake.set()
-
-    async def _watch(self) -> None:
-        """Poll the last cursor of every gateway with sessions; notify when it moved."""
-        while self._sessions:
-            await asyncio.sleep(self.limits.poll_interval_s)
-            for gw in list(self._sessions):
-                try:
-                    head = await self._offload(self._sync.head, gw)
-                except Exception:
-                    log.exception("reading the WAL head of %s failed", gw)
-                    continue
-                if head > self._heads.get(gw, 0):
-                    self._heads[gw] = head
-                    self.notify(gw)
-
-    async def _feed_loop(self, session: Session) -> None:
-        try:
-            while not session.closing:
-                await session.wake.wait()
-                session.wake.clear()
-                generation = self._generations.get(session.gw, 0)
-                async with session.lock:
-                    await self._feed(session, generation)
-        except CloseSession as close:
-            await self._close(session, close.code, close.reason)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("broadcast to %s failed", session.client_id)
-            await self._close(session, CLOSE_TRY_AGAIN_LATER, "Broadcast failed: reconnect")
-
-    async def _feed(self, session: Session, generation: int) -> None:
-        """Pull from the session's cursor until caught up; send each row of each page."""
-        gw, limit = session.gw, self.limits.page_size
-        while True:
-            shared = self._shared.cached(gw, generation, session.cursor, limit)
-            if shared is None:
-                args = (gw, generation, session.client_id, session.cursor, limit, session.claims)
-                shared = await self._offload(self._shared.page, *args)
-            page, frames = shared
-            if frames:
-                self._enqueue(session, frames)
-            # Past an empty page too: what it skipped is outside the client's view.
-            session.cursor = page.server_hlc
-            if not page.has_more:
-                return
+        now (see :meth:`BroadcastFeed.committed`)."""
+        self.feed.committed(gw, head)

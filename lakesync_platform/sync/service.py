@@ -8,25 +8,34 @@ It holds no state of its own but a short-lived cache of each gateway's configura
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..core.checkpoint import (
+    CURRENT_MANIFEST,
+    STAMPED_FORMAT,
+    CheckpointStore,
+    decode_manifest,
+)
 from ..core.delta import DELETE, RowDelta
-from ..core.errors import AdapterError
+from ..core.errors import AdapterError, ValidationError
 from ..core.merge import RowState
 from ..core.schema import TableSchema
 from ..core.sync_rules import Claims, ClientView, SyncRules
 from ..core.wal import AppendRequest, LoadedRows, PushPlan, RowRecord, WalEntry, WalStore
+from .checkpoint import checkpoint_frames
 from .config import GatewayConfig, load_config
 from .cursors import MAX_CURSOR, compose_cursor, split_cursor
 from .delivery import PullPage
+from .feed_cut import FeedPage, FeedWant, cut_feed_pages
 from .plan import plan_append, plan_push
 from .prepare import check_backlog, check_deltas, prepare
 from .pull import cut_page
 from .source_pull import DeltaLog, SourceCursor, SourceRows
 
-__all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "SyncService"]
+__all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "ServedCheckpoint", "SyncService"]
 
 _CONFIG_TTL_S = 1.0
 INGEST_CLIENT_PREFIX = "ingest:"
@@ -46,6 +55,15 @@ class PushResult:
     entries: tuple[WalEntry, ...]
     server_hlc: int
     head: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ServedCheckpoint:
+    """A checkpoint as one client is served it: ``cursor`` (``X-Checkpoint-Hlc``: the pull
+    cursor it resumes from) and the length-prefixed ``frames``, read as they are consumed."""
+
+    cursor: int
+    frames: Iterator[bytes]
 
 
 class SyncService:
@@ -190,7 +208,7 @@ class SyncService:
         """
         claims = claims or {}
         cfg = self.config(gw)
-        view = ClientView(cfg.rules, claims)
+        view = cfg.client_view(claims, cfg.view_key(claims))
         tag = cfg.view_tag(claims)
         if not 0 <= since <= MAX_CURSOR:
             since = 0  # not a cursor of this gateway (and past the WAL's BIGINT): start over
@@ -203,9 +221,26 @@ class SyncService:
         if page.delivered:
             last = page.last_position
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, last) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, last) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, compose_cursor(tag, page.last_position), page.has_more)
+
+    def feed_pages(
+        self, gw: str, wants: Sequence[FeedWant], limit: int
+    ) -> list[FeedPage | Exception]:
+        """The broadcast page of each want — the page :meth:`pull` with ``feed=True`` would
+        cut for it — cut together from one read (:mod:`.feed_cut`); the delivery records they
+        set are saved, in one write, before this returns. An exception stands in for a page
+        that could not be cut; a failure to read or save records raises."""
+        cfg = self.config(gw)
+        with self.wal.feed_read(gw) as reader:
+            cut = cut_feed_pages(reader, cfg, wants, limit)
+        if cut.records:
+            self.wal.save_delivery_records(gw, cut.records, cut.read)
+        return cut.pages
 
     def last_pulled_since(self, gw: str, client_id: str) -> int:
         """The cursor ``client_id`` last pulled from (0 if it never pulled): every row changed
@@ -258,10 +293,61 @@ class SyncService:
         cursor = rows.cursor_at(page.last_position) if page.has_more else rows.end
         if page.delivered:
             self.wal.save_client_records(
-                gw, client_id, {key: RowRecord(held, cursor.hlc) for key, held in page.delivered}
+                gw,
+                client_id,
+                {key: RowRecord(held, cursor.hlc) for key, held in page.delivered},
+                page.read,
             )
         return PullPage(page.deltas, cursor.encode(), page.has_more)
 
     def known_rows(self, gw: str, table: str) -> Mapping[str, RowState]:
         """The gateway's current row state of ``table`` (tests, checks, admin)."""
         return dict(self.wal.row_states(gw, table))
+
+    # ------------------------------------------------------------------ checkpoint
+
+    def checkpoint(
+        self,
+        gw: str,
+        client_id: str | None,
+        store: CheckpointStore,
+        *,
+        claims: Claims | None = None,
+        stamped: bool = False,
+    ) -> ServedCheckpoint | None:
+        """The gateway's current checkpoint as ``client_id`` may see it (``None``: none yet).
+
+        The rows are filtered by the caller's view as it is now and encoded per ``stamped``
+        (:mod:`.checkpoint`); ``cursor`` is the checkpoint's position under the caller's view
+        tag, so the pull that follows starts there. A client without stamps (the TS client)
+        that has pulled before gets an empty checkpoint at cursor 0, i.e. "pull from the
+        start": it asks again after every restart (its cursor lives in memory) while holding
+        rows and queued writes, and its applier fails a whole batch on an ``INSERT`` that meets
+        a queued ``INSERT`` of the same row — after a checkpoint it moves its cursor anyway and
+        would miss those rows; a failed pull page it simply pulls again.
+        """
+        data = store.read(gw, CURRENT_MANIFEST)
+        if data is None:
+            return None
+        try:
+            manifest = decode_manifest(data)
+        except ValidationError as exc:
+            raise AdapterError(f"the checkpoint of {gw} is unreadable: {exc.message}") from exc
+        if manifest.format != STAMPED_FORMAT:  # refused before the response starts
+            raise AdapterError(f"the checkpoint of {gw} has chunks of format {manifest.format!r}")
+        claims = claims or {}
+        cfg = self.config(gw)
+        if cfg.has_filters and client_id is None:
+            raise ValidationError("clientId is required: sync rules filter this gateway's rows")
+        if client_id is None:
+            record = None  # no filtering rules: nothing to record
+        else:
+            if not stamped and self.wal.has_pulled(gw, client_id):
+                return ServedCheckpoint(0, iter(()))
+            record = functools.partial(self.wal.save_client_records, gw, client_id)
+        view = ClientView(cfg.rules, claims)
+        cursor = compose_cursor(cfg.view_tag(claims), manifest.cursor)
+        frames = checkpoint_frames(
+            store, gw, manifest, cfg, view, cursor=cursor, stamped=stamped, record=record
+        )
+        return ServedCheckpoint(cursor, frames)

@@ -1,14 +1,14 @@
-"""The log on SQL: reading entries, cursors, the flush watermark, trimming and counters.
+"""The log on SQL: reading entries, cursors, the flush watermark and counters.
 
 Entries are appended by :mod:`.append`. The flush watermark is the cursor up to which the lake
 holds a gateway's log (set by the flush after its Iceberg commit; it never moves backwards);
 ``flushed_bytes`` follows it, so the backlog in bytes is ``appended_bytes - flushed_bytes``.
-Only entries at or below the watermark may be trimmed.
+Only entries at or below the watermark may be trimmed (:mod:`.trim`).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 
 from ..core.wal import GatewayStats, WalEntry, decode_columns
 from . import tables as t
@@ -18,7 +18,7 @@ __all__ = ["SqlLog"]
 
 
 class SqlLog(SqlDatabase):
-    """Reads, watermarks, trimming and counters of the SQL WAL's log."""
+    """Reads, watermarks and counters of the SQL WAL's log."""
 
     def gateway_ids(self) -> list[str]:
         """Every gateway id that has ever accepted a push or stored config."""
@@ -90,17 +90,6 @@ class SqlLog(SqlDatabase):
                 .values(flush_watermark=cursor, flushed_bytes=g.flushed_bytes + int(flushed or 0))
             )
 
-    def trim(self, gw: str, up_to: int) -> int:
-        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
-        c = t.entries.c
-        with self.write() as conn:
-            mark = conn.execute(
-                select(t.gateways.c.flush_watermark).where(t.gateways.c.gateway_id == gw)
-            ).scalar()
-            bound = min(up_to, int(mark or 0))
-            result = conn.execute(delete(t.entries).where(c.gateway_id == gw, c.cursor <= bound))
-            return int(result.rowcount or 0)
-
     def stats(self, gw: str) -> GatewayStats:
         """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
         g, e, r = t.gateways.c, t.entries.c, t.rows.c
@@ -118,6 +107,10 @@ class SqlLog(SqlDatabase):
             live = conn.execute(
                 select(func.count()).where(r.gateway_id == gw, r.live == 1)
             ).scalar()
+            entries = conn.execute(select(func.count()).where(e.gateway_id == gw)).scalar()
+            floor = conn.execute(
+                select(t.trims.c.entries_to).where(t.trims.c.gateway_id == gw)
+            ).scalar()
         return GatewayStats(
             gw,
             int(last),
@@ -126,6 +119,8 @@ class SqlLog(SqlDatabase):
             int(appended - flushed),
             int(total or 0),
             int(live or 0),
+            int(entries or 0),
+            int(floor or 0),
         )
 
     def oldest_unflushed_ms(self, gw: str) -> int | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from bisect import bisect_right
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -38,10 +37,19 @@ from ..core.wal import (
     RowRecord,
     StoredRow,
     WalEntry,
+    WalStorage,
     decode_columns,
 )
+from .memory_rows import (
+    Deliveries,
+    Held,
+    MemoryFeedReader,
+    MemoryRowReader,
+    held_records,
+    save_records,
+)
 
-__all__ = ["MemoryRowReader", "MemoryWal"]
+__all__ = ["MemoryFeedReader", "MemoryRowReader", "MemoryWal"]
 
 _json_encode = msgspec.json.Encoder().encode
 _json_decode = msgspec.json.Decoder().decode
@@ -68,14 +76,8 @@ class _Gateway:
     entries: list[WalEntry] = field(default_factory=list)
     delta_ids: set[tuple[int, str]] = field(default_factory=set)
     rows: dict[str, _Row] = field(default_factory=dict)
-
-
-@dataclass
-class _Deliveries:
-    """Per client of one gateway: the cursor it last pulled from, and what it holds."""
-
-    last_since: dict[str, int] = field(default_factory=dict)
-    client_rows: dict[str, dict[str, RowRecord]] = field(default_factory=dict)
+    log_floor: int = 0
+    ids_below_hlc: int = 0
 
 
 @dataclass
@@ -99,24 +101,6 @@ class _ActionRow:
     updated_ms: int
 
 
-class MemoryRowReader:
-    """A pull's view of a gateway's rows and of one client's records, as of its start."""
-
-    def __init__(self, rows: list[StoredRow], records: dict[str, RowRecord]) -> None:
-        self._rows = rows
-        self._positions = [r.position for r in rows]
-        self._records = records
-
-    def scan(self, after: int, limit: int) -> list[StoredRow]:
-        """Rows whose last change is after cursor ``after``, in cursor order."""
-        start = bisect_right(self._positions, after)
-        return self._rows[start : start + limit]
-
-    def client_records(self, keys: Sequence[str]) -> dict[str, RowRecord]:
-        """What the pulling client holds of the rows ``keys``, as far as the server knows."""
-        return {k: rec for k in keys if (rec := self._records.get(k)) is not None}
-
-
 class MemoryWal:
     """Every gateway's log, row state, delivery state, config and flush requests, in memory."""
 
@@ -124,7 +108,7 @@ class MemoryWal:
         self._lock = threading.RLock()
         self._gateways: dict[str, _Gateway] = {}
         self._configs: dict[str, _Config] = {}
-        self._deliveries: dict[str, _Deliveries] = {}
+        self._deliveries: dict[str, Deliveries] = {}
         self._flush_requests: dict[str, FlushRequest] = {}
         self._actions: dict[tuple[str, str, str], _ActionRow] = {}
         self._closed = False
@@ -166,7 +150,7 @@ class MemoryWal:
             client_id = request.client_id
             if client_id is None:
                 return PushCommit(plan, 0)
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             held = delivery.client_rows.setdefault(client_id, {})
             for key in request.held_keys:
                 held[key] = RowRecord(True, 0)
@@ -211,17 +195,67 @@ class MemoryWal:
             )
             g.flush_watermark = cursor
 
-    def trim(self, gw: str, up_to: int) -> int:
-        """Delete log entries already in the lake with cursor ≤ ``up_to``; return how many."""
+    def trim(self, gw: str, up_to: int, *, before_ms: int | None = None, batch: int = 2_000) -> int:
+        """Delete entries in the lake with cursor ≤ ``up_to`` (with ``before_ms``: the oldest
+        run ingested before it); move the floor; return how many."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
         with self._lock:
             g = self._gateways.get(gw)
             if g is None:
                 return 0
             bound = min(up_to, g.flush_watermark)
-            kept = [e for e in g.entries if e.cursor > bound]
-            trimmed = len(g.entries) - len(kept)
-            g.entries = kept
-            return trimmed
+            cut = 0
+            while cut < len(g.entries) and g.entries[cut].cursor <= bound:
+                if before_ms is not None and g.entries[cut].ingest_ms >= before_ms:
+                    break
+                cut += 1
+            if cut:
+                g.log_floor = max(g.log_floor, g.entries[cut - 1].cursor)
+                del g.entries[:cut]
+            return cut
+
+    def trim_delta_ids(self, gw: str, before_hlc: int, *, batch: int = 2_000) -> int:
+        """Forget the ids of deltas stamped before ``before_hlc``; return how many."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        with self._lock:
+            g = self._gateways.get(gw)
+            if g is None:
+                return 0
+            old = {pair for pair in g.delta_ids if pair[0] < before_hlc}
+            g.delta_ids -= old
+            g.ids_below_hlc = max(g.ids_below_hlc, before_hlc)
+            return len(old)
+
+    def log_floor(self, gw: str) -> int:
+        """The cursor up to which the log was trimmed (0: never)."""
+        with self._lock:
+            g = self._gateways.get(gw)
+            return 0 if g is None else g.log_floor
+
+    def dedup_horizon(self, gw: str) -> int:
+        """The HLC before which accepted ids may have been forgotten (0: none were)."""
+        with self._lock:
+            g = self._gateways.get(gw)
+            return 0 if g is None else g.ids_below_hlc
+
+    def cursor_keeping(self, gw: str, entries: int) -> int:
+        """The highest cursor that leaves the newest ``entries`` log entries above it."""
+        if entries < 0:
+            raise ValueError("entries must be >= 0")
+        with self._lock:
+            g = self._gateways.get(gw)
+            if g is None or len(g.entries) <= entries:
+                return 0
+            return g.entries[len(g.entries) - entries - 1].cursor
+
+    def storage(self) -> WalStorage:
+        """Nothing on disk."""
+        return WalStorage(0, None)
+
+    def reclaim(self) -> None:
+        """Nothing to reclaim: trimmed entries are gone with their list items."""
 
     def stats(self, gw: str) -> GatewayStats:
         """Counters for ``gw``: cursor, flush watermark, backlog and row counts."""
@@ -238,6 +272,8 @@ class MemoryWal:
                 g.appended_bytes - g.flushed_bytes,
                 len(g.rows),
                 sum(1 for r in g.rows.values() if r.live),
+                len(g.entries),
+                g.log_floor,
             )
 
     def oldest_unflushed_ms(self, gw: str) -> int | None:
@@ -257,6 +293,12 @@ class MemoryWal:
             delivery = self._deliveries.get(gw)
             return 0 if delivery is None else delivery.last_since.get(client_id, 0)
 
+    def has_pulled(self, gw: str, client_id: str) -> bool:
+        """Whether ``client_id`` ever pulled from ``gw`` (a pull from 0 included)."""
+        with self._lock:
+            delivery = self._deliveries.get(gw)
+            return delivery is not None and client_id in delivery.last_since
+
     @contextmanager
     def pull_read(
         self, gw: str, client_id: str, since: int, now_ms: int, *, record: bool = True
@@ -265,26 +307,56 @@ class MemoryWal:
         a snapshot of the rows."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
+            delivery = self._deliveries.setdefault(gw, Deliveries())
             if record:
                 delivery.last_since[client_id] = since
             records = dict(delivery.client_rows.get(client_id, {}))
-            g = self._gateways.get(gw)
-            stored = {} if g is None else g.rows
-            rows = [
-                StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
-                for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
-            ]
+            rows = self._stored_rows(gw)
         yield MemoryRowReader(rows, records)
 
-    def save_client_records(
-        self, gw: str, client_id: str, records: Mapping[str, RowRecord]
-    ) -> None:
-        """Upsert what ``client_id`` holds of the rows ``records`` names."""
+    @contextmanager
+    def feed_read(self, gw: str) -> Iterator[MemoryFeedReader]:
+        """A snapshot of the rows, and the clients' records, for the broadcast feed."""
         with self._lock:
             self._open()
-            delivery = self._deliveries.setdefault(gw, _Deliveries())
-            delivery.client_rows.setdefault(client_id, {}).update(records)
+            rows = self._stored_rows(gw)
+
+        def records(client_ids: Sequence[str], keys: Sequence[str]) -> Held:
+            with self._lock:
+                return held_records(self._deliveries.get(gw), client_ids, keys)
+
+        yield MemoryFeedReader(rows, records)
+
+    def _stored_rows(self, gw: str) -> list[StoredRow]:
+        g = self._gateways.get(gw)
+        stored = {} if g is None else g.rows
+        return [
+            StoredRow(key, r.table, r.row_id, decode_row_state(r.state_json), r.position)
+            for key, r in sorted(stored.items(), key=lambda kv: kv[1].position)
+        ]
+
+    def save_delivery_records(
+        self,
+        gw: str,
+        records: Mapping[str, Mapping[str, RowRecord]],
+        expected: Mapping[str, Mapping[str, RowRecord]] | None = None,
+    ) -> None:
+        """Upsert what each client holds of the rows named (one in ``expected`` only if its
+        record is unchanged)."""
+        with self._lock:
+            self._open()
+            save_records(self._deliveries.setdefault(gw, Deliveries()), records, expected or {})
+
+    def save_client_records(
+        self,
+        gw: str,
+        client_id: str,
+        records: Mapping[str, RowRecord],
+        expected: Mapping[str, RowRecord] | None = None,
+    ) -> None:
+        """Upsert what ``client_id`` holds of the rows ``records`` names (one in ``expected``
+        only if its record is unchanged)."""
+        self.save_delivery_records(gw, {client_id: records}, {client_id: expected or {}})
 
     def client_records(self, gw: str, client_id: str, keys: Sequence[str]) -> dict[str, RowRecord]:
         """What ``client_id`` holds of the rows ``keys``, as far as the server knows."""

@@ -43,6 +43,7 @@ __all__ = [
     "schemas",
     "sync_rules",
     "table_columns",
+    "trims",
 ]
 
 metadata = MetaData()
@@ -224,6 +225,20 @@ connector_state = Table(
     PrimaryKeyConstraint("gateway_id", "connector", "stream", name="pk_wal_connector_state"),
 )
 
+trims = Table(
+    "wal_trims",
+    metadata,
+    Column("gateway_id", Text, primary_key=True),
+    # Log entries with cursor <= entries_to are trimmed (the hot WAL's floor); the ids of deltas
+    # stamped before ids_below_hlc may be forgotten (the dedup horizon). A table of its own, not
+    # columns of wal_gateways: a trim never locks the row every push locks.
+    Column("entries_to", BigInteger, nullable=False),
+    Column("entries_trimmed", BigInteger, nullable=False),
+    Column("ids_below_hlc", BigInteger, nullable=False),
+    Column("ids_trimmed", BigInteger, nullable=False),
+    Column("updated_ms", BigInteger, nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     metadata.create_all(conn)
@@ -271,11 +286,18 @@ def _v4_connectors(conn: Connection) -> None:
     connector_state.create(conn, checkfirst=True)
 
 
+def _v5_trims(conn: Connection) -> None:
+    """The hot WAL's floor and dedup horizon per gateway (a database created at version 1 by
+    this code has the table already)."""
+    trims.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[tuple[int, Callable[[Connection], None]]] = [
     (1, _v1_initial),
     (2, _v2_delta_ids_by_hlc),
     (3, _v3_actions),
     (4, _v4_connectors),
+    (5, _v5_trims),
 ]
 """Ordered ``(version, migrate)`` pairs; append new ones, never edit applied ones."""
 

@@ -118,7 +118,7 @@ class _CorruptCheckpoint:
     ) -> PullResponse:
         return PullResponse([], 7, False)
 
-    def checkpoint(self) -> Checkpoint | None:
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
         raise ValidationError("Malformed protobuf")
 
     def close(self) -> None:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from lakesync_platform.client import HttpTransport, TransportError
-from lakesync_platform.client._http import read_frames
+from lakesync_platform.client._wire import CHECKPOINT_STAMP, RemoteColumn, RemoteRow, read_frames
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.errors import (
     AuthError,
@@ -23,6 +23,7 @@ from lakesync_platform.core.errors import (
 )
 from lakesync_platform.core.ids import delta_id
 from lakesync_platform.core.proto import encode_sync_response
+from lakesync_platform.core.stamped import StampedBlock, StampedColumns, encode_stamped_response
 
 Handler = Callable[[httpx.Request], httpx.Response]
 COLS = (ColumnDelta("title", "x"),)
@@ -228,9 +229,11 @@ def test_invalid_json_is_a_transport_error() -> None:
 def test_checkpoint_404_means_none() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         assert request.headers["Accept"] == "application/x-lakesync-checkpoint-stream"
+        assert request.url.params["format"] == "stamped"
+        assert request.url.params["clientId"] == "c1"
         return httpx.Response(404, json={"error": "No checkpoint available"})
 
-    assert _transport(handler).checkpoint() is None
+    assert _transport(handler).checkpoint("c1") is None
 
 
 def test_checkpoint_empty_stream_uses_the_header_cursor() -> None:
@@ -238,7 +241,7 @@ def test_checkpoint_empty_stream_uses_the_header_cursor() -> None:
         return httpx.Response(200, content=b"", headers={"X-Checkpoint-Hlc": "777"})
 
     cp = _transport(handler).checkpoint()
-    assert cp is not None and cp.snapshot_hlc == 777 and cp.deltas == []
+    assert cp is not None and cp.snapshot_hlc == 777 and list(cp.batches) == []
 
 
 def test_read_frames_splits_across_chunks() -> None:
@@ -251,13 +254,21 @@ def test_read_frames_splits_across_chunks() -> None:
 
 
 def test_checkpoint_stream_frames_are_decoded() -> None:
-    other = RowDelta("INSERT", "todos", "r2", "c2", COLS, 9 << 16, "f" * 64)
+    """Stamped frames give their blocks; a frame in the reference's format (no stamps) gives
+    partial rows with the minimal checkpoint stamp."""
+    block = StampedBlock(
+        "todos",
+        ["r2", "r3"],
+        [9 << 16, 10 << 16],
+        ["c2", "c3"],
+        [3 << 16, 0],
+        ["c3", ""],
+        [4, 5],
+        [StampedColumns("title", ["y", None], [8 << 16, 0], ["c2", ""])],
+    )
     stream = b"".join(
         len(p).to_bytes(4, "big") + p
-        for p in (
-            encode_sync_response([DELTA], 500, False),
-            encode_sync_response([other], 500, False),
-        )
+        for p in (encode_sync_response([DELTA], 500, False), encode_stamped_response([block], 500))
     )
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -265,12 +276,26 @@ def test_checkpoint_stream_frames_are_decoded() -> None:
 
     cp = _transport(handler).checkpoint()
     assert cp is not None and cp.snapshot_hlc == 500
-    assert cp.deltas == [DELTA, other]
+    assert list(cp.batches) == [
+        [
+            RemoteRow(
+                "INSERT",
+                "todos",
+                "r1",
+                DELTA.hlc,
+                "c1",
+                (RemoteColumn("title", "x", CHECKPOINT_STAMP, ""),),
+            )
+        ],
+        block,
+    ]
 
 
 def test_corrupt_checkpoint_frame_is_a_codec_error() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, content=b"\x00\x00\x00\x02\xff\xff")
 
+    cp = _transport(handler).checkpoint()
+    assert cp is not None
     with pytest.raises(ValidationError):
-        _transport(handler).checkpoint()
+        list(cp.batches)

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from lakesync_platform.adapters.checkpoints import LocalCheckpointStore
 from lakesync_platform.client import (
     Checkpoint,
     DeadLetterError,
@@ -18,13 +19,16 @@ from lakesync_platform.client import (
     TransportError,
     backoff_ms,
 )
+from lakesync_platform.client._wire import checkpoint_batches
 from lakesync_platform.client.testing import FlakyTransport
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.errors import RateLimitedError, ValidationError
+from lakesync_platform.core.proto import encode_sync_response
 from lakesync_platform.core.schema import parse_table_schema
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import ManualClock
 
+from ..checkpoint_kit import write_checkpoint
 from .conftest import GW, TODOS, ClientFactory, local_rows, server_rows
 
 
@@ -231,7 +235,7 @@ class _RateLimited:
     ) -> PullResponse:
         return PullResponse([], since, False)
 
-    def checkpoint(self) -> Checkpoint | None:
+    def checkpoint(self, client_id: str | None = None) -> Checkpoint | None:
         return None
 
     def close(self) -> None:
@@ -326,32 +330,84 @@ def test_auto_sync_thread_converges_and_stops_cleanly(make_client: ClientFactory
 
 
 def test_checkpoint_bootstraps_a_new_client(
-    make_client: ClientFactory, service: SyncService
+    make_client: ClientFactory, service: SyncService, tmp_path: Any
 ) -> None:
     a = make_client("alice")
     a.tracker.insert("todos", "t1", {"title": "in checkpoint"})
     a.sync_once()
+    store = LocalCheckpointStore(tmp_path / "checkpoints")
+    manifest = write_checkpoint(service.wal, GW, store)
+    a.tracker.insert("todos", "t2", {"title": "after checkpoint"})
+    a.sync_once()
+    b = make_client("bob", transport=InProcessTransport(service, GW, checkpoints=store))
+    assert b.sync_once().pulled == 2  # the checkpoint row, then only t2 from the log
+    assert sorted(b.tracker.all("todos")) == ["t1", "t2"]
+    assert b.coordinator.cursor > manifest.cursor
+    # the checkpoint's rows carry their column stamps: b holds exactly what a paging client does
+    paged = make_client("carol")
+    paged.sync_once()
+    stamps = "SELECT tbl, row_id, stamps FROM _lakesync_stamps ORDER BY tbl, row_id"
+    assert b.db.query(stamps) == paged.db.query(stamps)
+    a.tracker.update("todos", "t1", {"title": "updated"})
+    a.sync_once(), b.sync_once()
+    assert b.tracker.get("todos", "t1")["title"] == "updated"  # type: ignore[index]
+
+
+def test_checkpoint_without_stamps_is_replaced_by_any_stamped_write(
+    make_client: ClientFactory, service: SyncService
+) -> None:
+    """A checkpoint in the reference's format (only each row's newest stamp): its columns get a
+    minimal stamp, so the pull that follows replaces them; it is asked for once."""
+    a = make_client("alice")
+    a.tracker.insert("todos", "t1", {"title": "in checkpoint"})
+    a.sync_once()
     snapshot = service.pull(GW, "snap", 0, 1000).server_hlc
-    rows = [
-        RowDelta("INSERT", "todos", "t1", "alice", (ColumnDelta("title", "in checkpoint"),), 5, "x")
-    ]
+    frame = encode_sync_response(
+        [RowDelta("INSERT", "todos", "t1", "alice", (ColumnDelta("title", "old"),), 5, "x")],
+        snapshot,
+        False,
+    )
     calls: list[int] = []
 
     def checkpoint() -> Checkpoint:
         calls.append(1)
-        return Checkpoint(rows, snapshot)
+        return Checkpoint(snapshot, checkpoint_batches(frame))
 
-    a.tracker.insert("todos", "t2", {"title": "after checkpoint"})
-    a.sync_once()
     b = make_client("bob", transport=InProcessTransport(service, GW, checkpoint=checkpoint))
-    assert b.sync_once().pulled == 2  # the checkpoint row, then only t2 from the log
-    assert sorted(b.tracker.all("todos")) == ["t1", "t2"]
+    assert b.sync_once().pulled == 1
+    assert b.tracker.get("todos", "t1")["title"] == "old"  # type: ignore[index]
     b.sync_once()
     assert calls == [1]
-    # checkpoint rows carry no column stamps: a later stamped update always replaces them
     a.tracker.update("todos", "t1", {"title": "updated"})
     a.sync_once(), b.sync_once()
     assert b.tracker.get("todos", "t1")["title"] == "updated"  # type: ignore[index]
+
+
+def test_rebootstrap_replaces_rows_and_keeps_unpushed_writes(
+    make_client: ClientFactory, service: SyncService, tmp_path: Any
+) -> None:
+    store = LocalCheckpointStore(tmp_path / "checkpoints")
+    a = make_client("alice")
+    for i in range(4):
+        a.tracker.insert("todos", f"t{i}", {"title": f"v{i}"})
+    a.sync_once()
+    b = make_client("bob", transport=InProcessTransport(service, GW, checkpoints=store))
+    b.sync_once()
+    assert sorted(b.tracker.all("todos")) == ["t0", "t1", "t2", "t3"]
+    # While b is away t0 is deleted and t1 changed, both before the next checkpoint (so a pull
+    # from the checkpoint's cursor carries neither); b writes t2 and a new t9, unpushed.
+    a.tracker.delete("todos", "t0")
+    a.tracker.update("todos", "t1", {"title": "newer"})
+    a.sync_once()
+    b.tracker.update("todos", "t2", {"title": "mine"})
+    b.tracker.insert("todos", "t9", {"title": "unpushed"})
+    write_checkpoint(service.wal, GW, store)
+    assert b.coordinator.rebootstrap() == 3  # t1, t2, t3 from the checkpoint; nothing after
+    held = {r["_rowId"]: r["title"] for r in b.db.query("SELECT _rowId, title FROM todos")}
+    assert held == {"t1": "newer", "t2": "mine", "t3": "v3", "t9": "unpushed"}
+    assert b.coordinator.cursor == service.pull(GW, "x", 0, 1000).server_hlc
+    b.sync_once()
+    assert sorted(server_rows(service)) == ["t1", "t2", "t3", "t9"]
 
 
 def test_restart_keeps_identity_clock_and_outbox(make_client: ClientFactory, tmp_path: Any) -> None:

@@ -80,7 +80,12 @@ def test_generated_classes_are_current(tmp_path: Path) -> None:
         timeout=60,
     )
     produced = sorted(p.name for p in tmp_path.iterdir())
-    assert produced == ["lakesync_v1_pb2.py", "lakesync_v1_pb2.pyi"]
+    assert produced == [
+        "lakesync_platform_v1_pb2.py",
+        "lakesync_platform_v1_pb2.pyi",
+        "lakesync_v1_pb2.py",
+        "lakesync_v1_pb2.pyi",
+    ]
     for name in produced:
         assert (tmp_path / name).read_bytes() == (GENERATED / name).read_bytes(), (
             f"{name} is stale: run scripts/gen_proto.sh"

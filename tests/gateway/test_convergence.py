@@ -18,7 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
+from lakesync_platform.client._wire import read_frames
+from lakesync_platform.core.checkpoint import CHECKPOINT_MEDIA_TYPE
 from lakesync_platform.core.delta import RowDelta
+from lakesync_platform.core.proto import decode_sync_response
 from lakesync_platform.core.sync_rules import ClientView, SyncRules, parse_sync_rules
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
@@ -65,6 +68,9 @@ class ServiceGateway:
         )
         return page.deltas, page.server_hlc, page.has_more
 
+    def checkpoint(self, client_id: str) -> tuple[list[RowDelta], int] | None:
+        return None  # these schedules run without the pipeline: no checkpoint
+
 
 def _random_values(rng: random.Random, columns: Sequence[str]) -> dict[str, Any]:
     picks = rng.sample(list(columns), rng.randint(1, len(columns)))
@@ -104,6 +110,18 @@ class HttpGateway:
         assert r.status_code == 200, r.text
         body = r.json()
         return body["deltas"], int(body["serverHlc"]), body["hasMore"]
+
+    def checkpoint(self, client_id: str) -> tuple[list[RowDelta], int] | None:
+        """``GET /v1/sync/{gw}/checkpoint`` as the TS transport sends it (no query)."""
+        r = self.http.get(
+            f"/v1/sync/{self.gw}/checkpoint",
+            headers={**self._auth(client_id), "Accept": CHECKPOINT_MEDIA_TYPE},
+        )
+        if r.status_code == 404:
+            return None
+        assert r.status_code == 200, r.text
+        deltas = [d for frame in read_frames([r.content]) for d in decode_sync_response(frame)[0]]
+        return deltas, int(r.headers.get("X-Checkpoint-Hlc", "0"))
 
 
 def run_schedule(tmp_path: Path, seed: int, *, with_rules: bool, steps: int = 250) -> None:

@@ -189,7 +189,7 @@ def test_the_dagster_job_polls_connectors_registered_at_runtime(
         monkeypatch.setenv(key, value)
     defs = build_definitions(env)
     dg.Definitions.validate_loadable(defs)  # job, asset and sensor names do not clash
-    instance = dg.DagsterInstance.ephemeral()
+    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster"))
     now = 1_800_000_000.0  # a */5 tick
     sensor = build_connector_sensor(clock=lambda: now)
 
@@ -231,4 +231,5 @@ def test_the_dagster_job_polls_connectors_registered_at_runtime(
     wal.delete_connector(gw, "live")  # unregistered: its partition goes, nothing runs
     assert tick().run_requests == []
     assert instance.get_dynamic_partitions(CONNECTOR_PARTITIONS.name) == []
+    instance.dispose()  # its temporary folder, not left to the garbage collector
     source.dispose()

@@ -2,7 +2,8 @@
 
 The shared Spark session's catalog writes to local disk, and Spark allows one session per
 process, so the S3 round trip runs the pipeline in one subprocess configured the way a user
-configures it: ``LAKESYNC_WAREHOUSE=s3://…`` and the standard ``AWS_*`` variables.
+configures it: ``LAKESYNC_WAREHOUSE=s3://…`` and the standard ``AWS_*`` variables. It also writes a
+checkpoint, which lands in the bucket and a gateway configured the same way serves from there.
 """
 
 from __future__ import annotations
@@ -17,19 +18,25 @@ from pathlib import Path
 
 import pytest
 
+from lakesync_platform.client import GatewayConfig, create_client
+from lakesync_platform.client._wire import read_frames
+from lakesync_platform.core.proto import decode_sync_response
 from lakesync_platform.pipeline.context import spark_settings
 from lakesync_platform.settings import ENV_WAREHOUSE, ObjectStoreSettings, PipelineSettings
 from lakesync_platform.spark.session import S3_FILE_IO, S3Access, SparkSettings, pyiceberg_catalog
-from lakesync_platform.testing import S3Server
+from lakesync_platform.testing import GatewayProcess, S3Server
+from tests.helpers import SECRET, token
 
 from .conftest import REPO, Pusher
 
 _PIPELINE = """
 import json, os, sys
+from lakesync_platform.pipeline.checkpoint import run_checkpoint
 from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.pipeline.flush import run_flush
 from lakesync_platform.pipeline.materialise import run_materialise
 from lakesync_platform.pipeline.state import run_state
+from lakesync_platform.pipeline.upkeep import run_expiry
 from lakesync_platform.settings import PipelineSettings
 
 gw = sys.argv[1]
@@ -39,8 +46,18 @@ try:
     flushed = run_flush(ctx, gw)
     run_state(ctx, gw)
     run_materialise(ctx, gw)
+    checkpoint = run_checkpoint(ctx, gw)
     notes = ctx.spark.table(f"lakesync.{gw}.notes").orderBy("id").collect()
-    print(json.dumps({"notes": [row.asDict() for row in notes]}))
+    orphans = sum(r.orphans_removed for r in run_expiry(ctx, gw))  # listed through S3FileIO
+    print(
+        json.dumps(
+            {
+                "notes": [row.asDict() for row in notes],
+                "orphans": orphans,
+                "checkpoint": checkpoint.cursor,
+            }
+        )
+    )
 finally:
     ctx.close()
 """
@@ -124,6 +141,16 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
     notes = pa.table({"id": pa.array([1, 2], pa.int64()), "text": ["from", "pyiceberg"]})
     catalog.create_table((gw, "notes"), schema=notes.schema).append(notes)
 
+    store = pafs.S3FileSystem(
+        endpoint_override=s3.endpoint,
+        access_key="testing",
+        secret_key="testing",
+        region="us-east-1",
+    )
+    junk = f"{bucket}/warehouse/{gw}/lakesync_deltas/data/left-by-a-crashed-writer.parquet"
+    with store.open_output_stream(junk) as out:  # an orphan upkeep removes (age 0 here)
+        out.write(b"not referenced")
+    env["LAKESYNC_ORPHAN_AGE_SECONDS"] = "0"
     result = subprocess.run(
         [sys.executable, "-c", _PIPELINE, gw],
         env=env,
@@ -136,6 +163,8 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
     assert result.returncode == 0, result.stderr[-4000:]
     spark_read = json.loads(result.stdout.strip().splitlines()[-1])
     assert spark_read["notes"] == [{"id": 1, "text": "from"}, {"id": 2, "text": "pyiceberg"}]
+    assert spark_read["orphans"] == 1
+    assert store.get_file_info(junk).type == pafs.FileType.NotFound
 
     # Spark wrote the log and the state into the bucket; pyiceberg reads the same tables.
     log = catalog.load_table((gw, "lakesync_deltas"))
@@ -150,14 +179,52 @@ def test_flush_state_materialise_with_the_warehouse_in_a_bucket(
         rows = conn.execute("SELECT row_id, title, done FROM todos ORDER BY row_id").fetchall()
     assert rows == [("r1", "hello", 1), ("r2", "bye", 1)]
 
-    store = pafs.S3FileSystem(
-        endpoint_override=s3.endpoint,
-        access_key="testing",
-        secret_key="testing",
-        region="us-east-1",
-    )
     files = store.get_file_info(pafs.FileSelector(f"{bucket}/warehouse/{gw}", recursive=True))
     parquet = [f.path for f in files if f.path.endswith(".parquet")]
     assert any("/lakesync_deltas/data/" in p for p in parquet)
     assert any("/todos/data/" in p for p in parquet)
     assert not (tmp_path / "data" / "warehouse").exists()  # nothing went to local disk
+
+    # The checkpoint went to the bucket beside the warehouse; a gateway configured the same way
+    # serves it from there, and a new client bootstraps from it.
+    assert spark_read["checkpoint"] == 3
+    checkpoints = store.get_file_info(
+        pafs.FileSelector(f"{bucket}/warehouse/_checkpoints/{gw}", recursive=True)
+    )
+    assert {"manifest.json", "manifest-3.json", "chunk-3-000.bin"} <= {
+        f.base_name for f in checkpoints
+    }
+    assert not (tmp_path / "data" / "checkpoints").exists()
+    served_env = {**s3.env, ENV_WAREHOUSE: f"s3://{bucket}/warehouse"}
+    with GatewayProcess(tmp_path / "gw", SECRET, wal_url=wal_url, env=served_env) as gateway:
+        status, body = gateway.request("GET", f"/v1/sync/{gw}/checkpoint", token=token("ts", gw))
+        assert status == 200
+        (frame,) = read_frames([body])
+        pairs = decode_sync_response(frame)[0]  # the TS client's encoding: DELETE@0, INSERT
+        assert [d.op for d in pairs] == ["DELETE", "INSERT"] * 2
+        assert {d.row_id for d in pairs} == {"r1", "r2"}
+        client = create_client(
+            name="s3",
+            schemas=[
+                {
+                    "table": "todos",
+                    "columns": [
+                        {"name": "title", "type": "string"},
+                        {"name": "done", "type": "boolean"},
+                    ],
+                }
+            ],
+            client_id="py",
+            gateway=GatewayConfig(gateway.url, gw, token=token("py", gw)),
+            path=tmp_path / "client.db",
+            auto_sync_ms=0,
+        )
+        try:
+            assert client.sync_once().pulled == 2  # both from the checkpoint, none paged
+            assert client.coordinator.cursor == 3
+            assert {k: (v["title"], v["done"]) for k, v in client.tracker.all("todos").items()} == {
+                "r1": ("hello", True),
+                "r2": ("bye", True),
+            }
+        finally:
+            client.close()

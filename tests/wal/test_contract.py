@@ -28,10 +28,12 @@ from lakesync_platform.core.wal import (
     RowRecord,
     RowWrite,
     WalEntry,
+    WalStorage,
     WalStore,
     encode_columns,
 )
 from lakesync_platform.sync.service import SyncService
+from lakesync_platform.wal.memory import MemoryWal
 from tests.helpers import make_delta
 from tests.wal.conftest import BASE_MS
 
@@ -147,6 +149,13 @@ def test_a_feed_read_is_not_recorded_as_the_clients_pull(store: WalStore, gw: st
         gw, AppendRequest([], []), Recorder(_plan(1, [], [_row("t:r1", 1, h, 1)])), 0
     )
     assert store.last_pulled_since(gw, "c1") == 0
+    assert not store.has_pulled(gw, "c1")
+    with store.pull_read(gw, "c1", 0, BASE_MS, record=False):
+        pass
+    assert not store.has_pulled(gw, "c1")  # a broadcast's read is not the client's pull
+    with store.pull_read(gw, "c1", 0, BASE_MS):
+        pass
+    assert store.has_pulled(gw, "c1") and store.last_pulled_since(gw, "c1") == 0
     with store.pull_read(gw, "c1", 7, BASE_MS) as reader:
         assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
     assert store.last_pulled_since(gw, "c1") == 7
@@ -154,6 +163,7 @@ def test_a_feed_read_is_not_recorded_as_the_clients_pull(store: WalStore, gw: st
         assert [r.row_key for r in reader.scan(0, 10)] == ["t:r1"]
     assert store.last_pulled_since(gw, "c1") == 7
     assert store.last_pulled_since(gw, "c2") == 0
+    assert not store.has_pulled(gw, "c2")
 
 
 def test_client_records_are_kept_per_client(store: WalStore, gw: str) -> None:
@@ -199,6 +209,63 @@ def test_entries_watermark_and_trim(store: WalStore, gw: str) -> None:
     assert store.trim(gw, 100) == 6  # bounded by the watermark
     assert [e.cursor for e in store.read_entries(gw, 0)] == [7, 8, 9, 10]
     assert store.oldest_unflushed_ms(gw) == BASE_MS
+    assert store.log_floor(gw) == 6
+    stats = store.stats(gw)
+    assert (stats.log_entries, stats.log_floor, stats.backlog_entries) == (4, 6, 4)
+
+
+def test_trim_in_batches_by_age_and_count_moves_the_floor(store: WalStore, gw: str) -> None:
+    now = [BASE_MS]
+    service = SyncService(store, clock=lambda: now[0])
+    for i in range(12):  # one entry per push, ingested 1 s apart
+        now[0] = BASE_MS + i * 1000
+        service.push(gw, "a", [make_delta("a", encode(now[0], 0), "t", f"r{i}", {"x": i})])
+    assert store.trim(gw, 12) == 0 and store.log_floor(gw) == 0  # nothing is in the lake yet
+    store.set_flush_watermark(gw, 10)
+    assert store.cursor_keeping(gw, 4) == 8  # the newest 4 (9..12) stay above cursor 8
+    assert store.cursor_keeping(gw, 12) == 0
+    # Ingested before BASE_MS + 5 s: entries 1..5; the batch size only splits transactions.
+    assert store.trim(gw, 12, before_ms=BASE_MS + 5_000, batch=2) == 5
+    assert store.log_floor(gw) == 5
+    assert store.trim(gw, store.cursor_keeping(gw, 4), batch=2) == 3  # 6..8: the rest stays
+    assert [e.cursor for e in store.read_entries(gw, 0)] == [9, 10, 11, 12]
+    assert store.trim(gw, 12) == 2  # up to the flush watermark only
+    assert store.log_floor(gw) == 10 and store.stats(gw).log_entries == 2
+    # Row state stays: every row is still there and pulls from below the floor see them all.
+    assert [rid for rid, _ in store.row_states(gw, "t")] == sorted(f"r{i}" for i in range(12))
+    page = service.pull(gw, "b", 3, 100, stamped=True)
+    assert {d["rowId"] for d in page.deltas} == {f"r{i}" for i in range(3, 12)}
+    with pytest.raises(ValueError):
+        store.trim(gw, 12, batch=0)
+
+
+def test_forgotten_delta_ids_are_merged_again_without_effect(store: WalStore, gw: str) -> None:
+    service = SyncService(store, clock=lambda: BASE_MS + 10_000)
+    old = make_delta("a", encode(BASE_MS, 0), "t", "r1", {"x": 1, "y": 1})
+    newer = make_delta("b", encode(BASE_MS + 5_000, 0), "t", "r1", {"x": 2})
+    service.push(gw, "a", [old])
+    service.push(gw, "b", [newer])
+    assert store.trim_delta_ids(gw, encode(BASE_MS + 1_000, 0), batch=1) == 1
+    assert store.dedup_horizon(gw) == encode(BASE_MS + 1_000, 0)
+    before = (store.max_cursor(gw), list(store.row_states(gw, "t")))
+    again = service.push(gw, "a", [old])  # its id is forgotten: merged again, a no-op
+    assert again.duplicates == 0 and again.entries == ()
+    assert list(store.row_states(gw, "t")) == before[1]
+    assert [e.cursor for e in store.read_entries(gw, 0)] == [1, 2]
+    assert service.push(gw, "b", [newer]).duplicates == 1  # still remembered
+
+
+def test_storage_reports_the_footprint(store: WalStore, gw: str) -> None:
+    service = SyncService(store, clock=lambda: BASE_MS)
+    service.push(gw, "a", [make_delta("a", encode(BASE_MS, 0), "t", "r1", {"x": "y" * 1000})])
+    store.set_flush_watermark(gw, 1)
+    assert store.trim(gw, 1) == 1
+    store.reclaim()  # PostgreSQL: VACUUM outside any transaction; elsewhere nothing to do
+    used = store.storage()
+    if isinstance(store, MemoryWal):
+        assert used == WalStorage(0, None)
+    else:
+        assert used.bytes > 0
 
 
 def test_schemas_evolve_additively_with_versions(store: WalStore, gw: str) -> None:

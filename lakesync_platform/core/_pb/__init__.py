@@ -1,1 +1,2 @@
-"""Classes protoc generates from ``lakesync_v1.proto`` (``scripts/gen_proto.sh``; do not edit)."""
+"""Classes protoc generates from ``lakesync_v1.proto`` and ``lakesync_platform_v1.proto``
+(``scripts/gen_proto.sh``; do not edit)."""
