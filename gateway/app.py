@@ -31,6 +31,7 @@ from lakesync_platform.wal.store import WriteAheadLog
 from .controllers import CONTROLLERS
 from .controllers.realtime import realtime_limits
 from .dependencies import ServicesSlot, services_dependency
+from .drain import Drain
 from .errors import handle_http_exception, handle_lakesync_error
 from .handlers import build_action_handlers
 from .metrics import Metrics
@@ -70,11 +71,14 @@ def create_app(
     clock: Callable[[], int] | None = None,
     wal: WriteAheadLog | None = None,
     metrics_dir: Path | None = None,
+    drain: Drain | None = None,
 ) -> ProtocolHeadersMiddleware:
     """Build the gateway app. ``clock`` (epoch ms) and ``wal`` may be injected for tests;
-    ``metrics_dir`` is the metrics directory shared by the workers of a multi-process server."""
+    ``metrics_dir`` is the metrics directory shared by the workers of a multi-process server;
+    ``drain`` is the serving process's drain (:mod:`.drain`; default: one no signal starts)."""
     wall = clock or _wall_ms
     slot = ServicesSlot()
+    process_drain = drain or Drain(settings.drain_s)
 
     def startup(app: Litestar) -> None:
         sources = DeclaredSources.open(settings)
@@ -108,8 +112,10 @@ def create_app(
             realtime=RealtimeService(sync, feed_offload, realtime_limits(settings)),
             sources=sources,
             checkpoints=_checkpoint_store(settings),
+            drain=process_drain,
         )
         slot.services.realtime.serve_actions(slot.services.actions, slot.services.offload)
+        process_drain.bind(slot.services.realtime.close_all)
         app.state.gateway = GatewayState(
             settings=settings,
             wal=store,

@@ -33,6 +33,7 @@ from uvicorn.supervisors import Multiprocess
 from lakesync_platform.settings import GatewaySettings
 
 from .app import create_app
+from .drain import Drain
 from .middleware import ProtocolHeadersMiddleware
 
 __all__ = ["GC_THRESHOLDS", "METRICS_DIR_ENV", "STARTUP_FAILURE", "serve", "tune_gc", "worker_app"]
@@ -64,8 +65,14 @@ def worker_app(
     settings: GatewaySettings, metrics_dir: Path | None = None
 ) -> ProtocolHeadersMiddleware:
     """The app of one serving process (uvicorn's app factory), with the collector tuned;
-    ``metrics_dir`` is the multiprocess metrics directory when there are several workers."""
-    app = create_app(settings, metrics_dir=metrics_dir)
+    ``metrics_dir`` is the multiprocess metrics directory when there are several workers.
+
+    uvicorn calls it in the serving process after installing its signal handlers, so the
+    process's :class:`~.drain.Drain` wraps them here: SIGTERM drains before the server stops.
+    """
+    drain = Drain(settings.drain_s)
+    app = create_app(settings, metrics_dir=metrics_dir, drain=drain)
+    drain.install()
     tune_gc()
     return app
 

@@ -20,6 +20,7 @@ from lakesync_platform.sync.realtime import RealtimeService
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
+from .drain import Drain
 from .handlers import ActionHandlers
 from .metrics import Metrics
 from .ratelimit import CallerRateLimit
@@ -60,8 +61,9 @@ class GatewayServices:
     ``sync`` serves push, pull and config writes; ``admin`` status, config reads and flush
     requests; ``actions`` action dispatch and discovery; ``sources`` the declared sources pulls
     may name; ``offload`` runs their blocking calls on a worker thread; ``realtime`` holds the
-    WebSocket sessions and feeds them after every commit; ``checkpoints`` is where the
-    pipeline's checkpoints are read from (``None``: none are served).
+    WebSocket sessions and feeds them after every commit; ``drain`` says whether the process
+    is draining (readiness fails); ``checkpoints`` is where the pipeline's checkpoints are read
+    from (``None``: none are served).
     """
 
     sync: SyncService
@@ -71,6 +73,7 @@ class GatewayServices:
     offload: Offload
     realtime: RealtimeService
     sources: DeclaredSources
+    drain: Drain
     checkpoints: CheckpointStore | None = None
 
 

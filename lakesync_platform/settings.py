@@ -20,6 +20,7 @@ The data directory holds every embedded default (ARCHITECTURE.md §7)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,8 @@ __all__ = [
     "DEFAULT_LOCK_TIMEOUT_SECONDS",
     "DEFAULT_ORPHAN_AGE_S",
     "DEFAULT_SNAPSHOT_RETENTION_S",
+    "DEFAULT_SPARK_DRIVER_MEMORY",
+    "DEFAULT_SPARK_EXECUTOR_MEMORY",
     "DEFAULT_SPARK_MASTER",
     "DEFAULT_UPKEEP_CRON",
     "DEFAULT_WAL_RETENTION_S",
@@ -62,6 +65,7 @@ __all__ = [
     "ENV_DATA_DIR",
     "ENV_DEDUP_RETENTION_SECONDS",
     "ENV_DEFS_DIR",
+    "ENV_DRAIN_SECONDS",
     "ENV_JAR_DIR",
     "ENV_JWT_SECRET",
     "ENV_JWT_SECRET_PREVIOUS",
@@ -70,6 +74,11 @@ __all__ = [
     "ENV_MAX_SMALL_FILES",
     "ENV_ORPHAN_AGE_SECONDS",
     "ENV_SNAPSHOT_RETENTION_SECONDS",
+    "ENV_SPARK_CORES_MAX",
+    "ENV_SPARK_DRIVER_HOST",
+    "ENV_SPARK_DRIVER_MEMORY",
+    "ENV_SPARK_EXECUTOR_CORES",
+    "ENV_SPARK_EXECUTOR_MEMORY",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
     "ENV_UPKEEP_CRON",
@@ -82,6 +91,7 @@ __all__ = [
     "ObjectStoreSettings",
     "PipelineSettings",
     "RetentionSettings",
+    "SparkClusterSettings",
     "UpkeepSettings",
     "checkpoint_root",
 ]
@@ -130,6 +140,12 @@ ENV_CHECKPOINTS = "LAKESYNC_CHECKPOINTS"
 ENV_CHECKPOINT_CHUNK_BYTES = "LAKESYNC_CHECKPOINT_CHUNK_BYTES"
 ENV_CHECKPOINT_GRACE_SECONDS = "LAKESYNC_CHECKPOINT_GRACE_SECONDS"
 ENV_CHECKPOINT_EVERY_ENTRIES = "LAKESYNC_CHECKPOINT_EVERY_ENTRIES"
+ENV_DRAIN_SECONDS = "LAKESYNC_DRAIN_SECONDS"
+ENV_SPARK_EXECUTOR_CORES = "LAKESYNC_SPARK_EXECUTOR_CORES"
+ENV_SPARK_EXECUTOR_MEMORY = "LAKESYNC_SPARK_EXECUTOR_MEMORY"
+ENV_SPARK_CORES_MAX = "LAKESYNC_SPARK_CORES_MAX"
+ENV_SPARK_DRIVER_HOST = "LAKESYNC_SPARK_DRIVER_HOST"
+ENV_SPARK_DRIVER_MEMORY = "LAKESYNC_SPARK_DRIVER_MEMORY"
 
 # ---------------------------------------------------------------- defaults
 
@@ -165,6 +181,11 @@ DEFAULT_CHECKPOINT_GRACE_S = 3600.0
 """How long a superseded checkpoint stays readable for the clients still streaming it."""
 DEFAULT_CHECKPOINT_EVERY_ENTRIES = 100_000
 """The checkpoint sensor's threshold: log entries in the lake past the current checkpoint."""
+DEFAULT_SPARK_EXECUTOR_MEMORY = "1g"
+"""Heap of each executor on a cluster (Spark's own default, stated): a worker must offer at
+least this much memory, or the application waits for executors forever."""
+DEFAULT_SPARK_DRIVER_MEMORY = "2g"
+"""Heap of the driver (the process running a stage): materialise collects changed rows there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +285,9 @@ class GatewaySettings:
     ``checkpoints`` is where the pipeline writes initial-sync checkpoints (a folder or
     ``s3://…``, reached with ``object_store``; :func:`checkpoint_root`); ``None``: the gateway
     serves none.
+    ``drain_s``: on SIGTERM the process fails readiness at once and keeps serving this long
+    before it closes its WebSockets (1001) and shuts down — long enough for a balancer to
+    notice (at least its check interval × fall count); 0 without a balancer.
     """
 
     wal_url: str
@@ -289,12 +313,15 @@ class GatewaySettings:
     ws_feed_threads: int = 8
     checkpoints: str | None = None
     object_store: ObjectStoreSettings = field(default_factory=lambda: ObjectStoreSettings())
+    drain_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.auth_enabled and not self.jwt_secrets:
             raise ValueError("auth is enabled but no JWT secret is configured")
         if self.action_lease_s <= self.action_timeout_s:
             raise ValueError("the action lease must be longer than the action timeout")
+        if not self.drain_s >= 0:
+            raise ValueError(f"the drain delay must be >= 0 seconds, got {self.drain_s!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +404,53 @@ class RetentionSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SparkClusterSettings:
+    """What a pipeline run asks of a Spark cluster (a non-local ``LAKESYNC_SPARK_MASTER``).
+
+    ``executor_memory`` is each executor's heap (``spark.executor.memory``; every worker must
+    offer that much). ``executor_cores`` is each executor's cores (``None``: Spark standalone's
+    own default, one executor per worker with all of its cores); ``cores_max`` caps the cores
+    one run takes from the whole cluster (``None``: all it can get, so a second run waits for
+    the first). ``driver_host`` is the address executors reach the driver at (``None``: Spark's
+    choice, the host name's address). ``driver_memory`` applies in local mode too.
+    """
+
+    executor_memory: str = DEFAULT_SPARK_EXECUTOR_MEMORY
+    executor_cores: int | None = None
+    cores_max: int | None = None
+    driver_host: str | None = None
+    driver_memory: str = DEFAULT_SPARK_DRIVER_MEMORY
+
+    def __post_init__(self) -> None:
+        for name in ("executor_memory", "driver_memory"):
+            value = getattr(self, name)
+            if not _JVM_MEMORY.fullmatch(value):
+                raise ValueError(f"{name} must be a JVM size such as 512m or 2g, got {value!r}")
+        for name in ("executor_cores", "cores_max"):
+            count = getattr(self, name)
+            if count is not None and count < 1:
+                raise ValueError(f"{name} must be at least 1, got {count!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SparkClusterSettings:
+        """The ``LAKESYNC_SPARK_*`` resource variables of ``env`` (unset: the defaults)."""
+        return cls(
+            executor_memory=_jvm_size(
+                ENV_SPARK_EXECUTOR_MEMORY, env, DEFAULT_SPARK_EXECUTOR_MEMORY
+            ),
+            executor_cores=_optional_count(
+                ENV_SPARK_EXECUTOR_CORES, env.get(ENV_SPARK_EXECUTOR_CORES)
+            ),
+            cores_max=_optional_count(ENV_SPARK_CORES_MAX, env.get(ENV_SPARK_CORES_MAX)),
+            driver_host=env.get(ENV_SPARK_DRIVER_HOST) or None,
+            driver_memory=_jvm_size(ENV_SPARK_DRIVER_MEMORY, env, DEFAULT_SPARK_DRIVER_MEMORY),
+        )
+
+
+_JVM_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
 class PipelineSettings:
     """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
 
@@ -417,6 +491,8 @@ class PipelineSettings:
     def checkpoint_root(self) -> str:
         """Where checkpoints are written (:func:`checkpoint_root`)."""
         return checkpoint_root(self.data_dir, self.warehouse, self.checkpoints)
+
+    spark_cluster: SparkClusterSettings = field(default_factory=SparkClusterSettings)
 
     @property
     def layout(self) -> DataLayout:
@@ -481,6 +557,7 @@ class PipelineSettings:
             checkpoint_every_entries=_count(ENV_CHECKPOINT_EVERY_ENTRIES, every, 1)
             if every
             else DEFAULT_CHECKPOINT_EVERY_ENTRIES,
+            spark_cluster=SparkClusterSettings.from_env(env),
         )
 
 
@@ -551,6 +628,19 @@ def _count(name: str, value: str, least: int) -> int:
     if number < least:
         raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     return number
+
+
+def _optional_count(name: str, value: str | None) -> int | None:
+    """A whole number >= 1 from environment variable ``name`` (unset or empty: ``None``)."""
+    return _count(name, value, 1) if value else None
+
+
+def _jvm_size(name: str, env: Mapping[str, str], default: str) -> str:
+    """A JVM memory size (``512m``, ``2g``) from environment variable ``name``."""
+    value = env.get(name) or default
+    if not _JVM_MEMORY.fullmatch(value):
+        raise ValueError(f"{name} must be a JVM size such as 512m or 2g, got {value!r}")
+    return value
 
 
 def _seconds(name: str, value: str) -> float:

@@ -12,6 +12,8 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 
 # --- system packages (Debian) -------------------------------------------------------------
 pkgs=(postgresql mariadb-server)
+# HAProxy in front of several gateways (deploy/haproxy.cfg; tests/gateway/test_balancer.py).
+pkgs+=(haproxy)
 # A JDK, not only a runtime: `lakesync setup` compiles the lake's fork-free local filesystem.
 command -v javac >/dev/null 2>&1 || pkgs+=(openjdk-17-jdk-headless)
 # Maven fetches the Spark jars (lakesync_platform/install/java/pom.xml) from Maven Central.
@@ -24,6 +26,8 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   # One line per package unpacked and set up (apt's own progress, without the terminal bar).
   $SUDO apt-get install -y -q -o Dpkg::Use-Pty=0 "${need[@]}" | sed -n -E '/^(Unpacking|Setting up) /p' >&2
+  # The tests start HAProxy themselves; a system service the package may have started is not ours.
+  if [[ " ${need[*]} " == *" haproxy "* ]]; then $SUDO service haproxy stop >/dev/null 2>&1 || true; fi
   step_done
 fi
 

@@ -230,6 +230,7 @@ ROOM_IMPORTS: dict[str, set[str]] = {
     "settings": set(),
     "testing": {"core", "settings"},
     "fakes": set(),
+    "testing_cluster": {"testing"},
     "spark": {"core", "adapters", "install", "wal.export"},
     "pipeline": {
         "core",

@@ -34,11 +34,14 @@ class MetaController(Controller):
         "/ready",
         responses={
             200: response(Status, "Ready"),
-            503: response(Status, "Not ready: the WAL does not answer"),
+            503: response(Status, "Not ready: the WAL does not answer, or the process drains"),
         },
     )
     async def ready(self, services: NamedDependency[GatewayServices]) -> Response[bytes]:
-        """Readiness: the WAL answers."""
+        """Readiness: the WAL answers and the process is not draining (after SIGTERM, so that
+        a balancer stops sending to it before it stops serving)."""
+        if services.drain.draining:
+            return json_response(Status("not_ready", "draining"), 503)
         try:
             await services.offload(services.admin.ping)
         except Exception:  # any failure to reach the WAL means not ready; reported, not raised

@@ -21,6 +21,7 @@ from ..settings import (
     ENV_ACTION_TIMEOUT_SECONDS,
     ENV_CHECKPOINTS,
     ENV_DATA_DIR,
+    ENV_DRAIN_SECONDS,
     ENV_JWT_SECRET,
     ENV_JWT_SECRET_PREVIOUS,
     ENV_MAX_BACKLOG_BYTES,
@@ -55,6 +56,7 @@ def gateway_settings(
     ws_send_queue: int | None = None,
     ws_poll_interval_s: float | None = None,
     checkpoints: str | None = None,
+    drain_s: float = 0.0,
 ) -> GatewaySettings:
     """The gateway's settings from its flags (the secret file is created on first start);
     ``${VAR}`` in the declarations is read from this process's environment; ``ws_*`` flags
@@ -80,6 +82,7 @@ def gateway_settings(
         action_retention_s=action_retention_s,
         checkpoints=checkpoint_root(data_dir, os.environ.get(ENV_WAREHOUSE), checkpoints),
         object_store=ObjectStoreSettings.from_env(os.environ),
+        drain_s=drain_s,
     )
     return dataclasses.replace(
         settings,
@@ -150,6 +153,15 @@ def gateway_settings(
 )
 @click.option("--log-level", default="info", show_default=True)
 @click.option(
+    "--drain-seconds",
+    type=click.FloatRange(min=0),
+    envvar=ENV_DRAIN_SECONDS,
+    default=0.0,
+    show_default=True,
+    help="On SIGTERM, fail /ready and keep serving this long before closing WebSockets (1001)"
+    " and stopping; behind a balancer at least its check interval x fall count.",
+)
+@click.option(
     "--action-timeout",
     type=click.FloatRange(min=0, min_open=True),
     envvar=ENV_ACTION_TIMEOUT_SECONDS,
@@ -192,6 +204,7 @@ def gateway(
     checkpoints: str | None,
     workers: int,
     log_level: str,
+    drain_seconds: float,
     action_timeout: float,
     action_lease: float,
     action_retention: float,
@@ -219,6 +232,7 @@ def gateway(
         ws_send_queue=ws_send_queue,
         ws_poll_interval_s=ws_poll_interval,
         checkpoints=checkpoints,
+        drain_s=drain_seconds,
     )
     click.echo(f"LakeSync gateway on http://{host}:{port}  (WAL: {settings.wal_url})", err=True)
     if no_auth:

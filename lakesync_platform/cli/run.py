@@ -150,6 +150,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
             "lifecycle",
             "compact",
             "checkpoint",
+            "sync",
         ]
     ),
 )
@@ -188,6 +189,7 @@ def run(
     then moves old rows of destinations with a lifecycle block to their cold tier.
     ``checkpoint`` writes an initial-sync checkpoint of the lake's state (when it moved since
     the last one) and removes superseded ones.
+    ``lakesync run sync`` runs the sync job — flush, state, materialise — on one Spark session.
     """
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
@@ -278,6 +280,8 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -
     from ..pipeline.materialise import run_materialise
     from ..pipeline.state import run_state
 
+    if stage == "sync":
+        return [result for step in _SYNC_JOB for result in _run_stage(ctx, step, gw, progress)]
     if stage == "checkpoint":
         return [run_checkpoint(ctx, gw)]
     if stage == "compact":
@@ -303,6 +307,10 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -
             err=True,
         )
     return [result for _, result in done.results]
+
+
+_SYNC_JOB = ("flush", "state", "materialise")
+"""The stages of the sync job (Dagster's ``sync_<gw>``), in order."""
 
 
 def _log_to_stderr() -> None:

@@ -33,7 +33,7 @@ from ..declarations import (
     expand_env,
     load_declarations,
 )
-from ..settings import PipelineSettings
+from ..settings import ENV_WAL_URL, ENV_WAREHOUSE, PipelineSettings
 from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
 from ..wal.sqlite import BATCH_MEMORY
 from ..wal.store import WriteAheadLog
@@ -43,7 +43,13 @@ if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
-__all__ = ["CheckOutcome", "PipelineContext", "open_destination", "spark_settings"]
+__all__ = [
+    "CheckOutcome",
+    "PipelineContext",
+    "cluster_warnings",
+    "open_destination",
+    "spark_settings",
+]
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +72,38 @@ def spark_settings(settings: PipelineSettings) -> SparkSettings:
             session_token=settings.object_store.session_token,
         ),
         log_file=settings.layout.spark_log,
+        driver_memory=settings.spark_cluster.driver_memory,
+        executor_memory=settings.spark_cluster.executor_memory,
+        executor_cores=settings.spark_cluster.executor_cores,
+        cores_max=settings.spark_cluster.cores_max,
+        driver_host=settings.spark_cluster.driver_host,
     )
+
+
+def cluster_warnings(settings: PipelineSettings) -> list[str]:
+    """What executors on other hosts could not reach with these settings (none in local mode).
+
+    On a cluster the executors read the WAL (over JDBC) and write the warehouse themselves; the
+    driver alone talks to the catalog. A ``file:`` warehouse or a SQLite WAL lives on the
+    driver's disk, so only a cluster whose workers share that disk (one host) can run the jobs.
+    """
+    spark = spark_settings(settings)
+    if not spark.on_cluster:
+        return []
+    found = []
+    if spark.resolved_warehouse.startswith("file:"):
+        found.append(
+            f"the warehouse {spark.resolved_warehouse} is on this machine's disk, but the Spark "
+            f"master {spark.master} runs executors elsewhere: only a single-host cluster can "
+            f"read and write it; put it in object storage ({ENV_WAREHOUSE}=s3://…)"
+        )
+    if settings.resolved_wal_url.startswith("sqlite"):
+        found.append(
+            f"the WAL {settings.resolved_wal_url} is a file on this machine, but the Spark master "
+            f"{spark.master} runs the executors that read it elsewhere: only a single-host "
+            f"cluster can read it; put the WAL on PostgreSQL ({ENV_WAL_URL}=postgresql://…)"
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +161,8 @@ class PipelineContext:
     def spark(self) -> SparkSession:
         """The Spark session (started on first use)."""
         if self._spark is None:
+            for warning in cluster_warnings(self.settings):
+                log.warning("%s", warning)
             self._spark = create_spark_session(spark_settings(self.settings), env=self.settings.env)
         return self._spark
 

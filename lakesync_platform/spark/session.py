@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from ..core.errors import LakeSyncError
 from ..install.jars import ensure_jars
@@ -127,6 +127,13 @@ class SparkSettings:
     :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
     ``chmod`` process per file). ``log_file`` receives the driver JVM's log (default
     ``<data-dir>/logs/spark.log``). ``extra_conf`` is applied last.
+
+    On a cluster (any ``master`` but ``local…``) executors get ``executor_memory`` and
+    ``executor_cores`` (``None``: the cluster manager's default), a run takes at most
+    ``cores_max`` cores (``None``: all it can get), and executors reach the driver at
+    ``driver_host`` (``None``: Spark's choice). The jars reach the executors through Spark
+    itself (``spark.jars`` served by the driver, or ``spark.jars.packages``): nothing needs to
+    be installed on the workers but Spark and Java.
     """
 
     data_dir: Path
@@ -140,6 +147,10 @@ class SparkSettings:
     packages: str | None = None
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
+    executor_memory: str = "1g"
+    executor_cores: int | None = None
+    cores_max: int | None = None
+    driver_host: str | None = None
     fork_free_local_fs: bool = True
     s3: S3Access = field(default_factory=S3Access)
     log_file: Path | None = None
@@ -159,6 +170,11 @@ class SparkSettings:
     def warehouse_on_s3(self) -> bool:
         """Whether the warehouse is in object storage (``s3://``, ``s3a://``)."""
         return self.resolved_warehouse.startswith(_S3_SCHEMES)
+
+    @property
+    def on_cluster(self) -> bool:
+        """Whether executors run outside the driver's process (a non-local master)."""
+        return not self.master.startswith("local")
 
     @property
     def resolved_log_file(self) -> Path:
@@ -216,7 +232,7 @@ class SparkSettings:
             conf[f"{cat}.jdbc.user"] = self.catalog_user
         if self.catalog_password is not None:
             conf[f"{cat}.jdbc.password"] = self.catalog_password
-        if self.master.startswith("local"):
+        if not self.on_cluster:
             conf.update(
                 {
                     "spark.ui.enabled": "false",
@@ -224,6 +240,14 @@ class SparkSettings:
                     "spark.driver.bindAddress": "127.0.0.1",
                 }
             )
+        else:
+            conf["spark.executor.memory"] = self.executor_memory
+            if self.executor_cores is not None:
+                conf["spark.executor.cores"] = str(self.executor_cores)
+            if self.cores_max is not None:
+                conf["spark.cores.max"] = str(self.cores_max)
+            if self.driver_host is not None:
+                conf["spark.driver.host"] = self.driver_host
         if self.packages:
             conf["spark.jars.packages"] = self.packages
         if jars:
@@ -320,19 +344,31 @@ def pyiceberg_catalog(settings: SparkSettings) -> Catalog:
 
 
 def catalog_sqlalchemy_url(settings: SparkSettings) -> str:
-    """The SQLAlchemy URL of the catalog's JDBC URL (SQLite and PostgreSQL only)."""
+    """The SQLAlchemy URL of the catalog's JDBC URL (SQLite and PostgreSQL only).
+
+    A PostgreSQL user and password come from ``catalog_user``/``catalog_password`` or else
+    from the JDBC URL's own ``user``/``password`` parameters (how the PostgreSQL driver takes
+    them: ``jdbc:postgresql://db:5432/lake?user=…&password=…``).
+    """
+    from sqlalchemy.engine import URL
+
     uri = settings.resolved_catalog_uri
     if uri.startswith("jdbc:sqlite:"):
-        sa_uri = "sqlite:///" + uri.removeprefix("jdbc:sqlite:")
-    elif uri.startswith("jdbc:postgresql://"):
-        parsed = urlparse(uri.removeprefix("jdbc:"))
-        auth = ""
-        if settings.catalog_user:
-            auth = settings.catalog_user
-            if settings.catalog_password:
-                auth += f":{settings.catalog_password}"
-            auth += "@"
-        sa_uri = f"postgresql+psycopg://{auth}{parsed.netloc}{parsed.path}"
-    else:
+        return "sqlite:///" + uri.removeprefix("jdbc:sqlite:")
+    if not uri.startswith("jdbc:postgresql://"):
         raise ValueError(f"unsupported catalog URI {uri!r} (jdbc:sqlite: or jdbc:postgresql:)")
-    return sa_uri
+    parsed = urlparse(uri.removeprefix("jdbc:"))
+    query = parse_qs(parsed.query)
+    user = settings.catalog_user or next(iter(query.get("user", [])), None)
+    password = settings.catalog_password
+    if settings.catalog_user is None:
+        password = next(iter(query.get("password", [])), None)
+    url = URL.create(
+        "postgresql+psycopg",
+        username=user,
+        password=password if user else None,
+        host=parsed.hostname,
+        port=parsed.port,
+        database=parsed.path.lstrip("/") or None,
+    )
+    return url.render_as_string(hide_password=False)
