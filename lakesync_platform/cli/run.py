@@ -21,7 +21,7 @@ import click
 
 from ..core.errors import LakeSyncError
 from ..pipeline.report import StageResult, describe, json_document
-from ..settings import ENV_WAL_URL
+from ..settings import ENV_SPARK_PACKAGES, ENV_WAL_URL
 from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
 
@@ -54,7 +54,7 @@ def setup(data_dir: Path) -> None:
     from ..settings import PipelineSettings
 
     settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
-    jar_dir = settings.jar_dir or settings.layout.jar_dir
+    jar_dir = settings.resolved_jar_dir
     try:
         started = time.monotonic()
         with _step("java") as done:
@@ -84,10 +84,14 @@ def setup(data_dir: Path) -> None:
 @click.option("--dagster-port", default=3000, show_default=True, type=int)
 @click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
 def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
-    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything."""
+    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything.
+
+    The jars are checked (and fetched when missing) where the runs will load them:
+    LAKESYNC_JAR_DIR, else <data-dir>/jars; with LAKESYNC_SPARK_PACKAGES Spark fetches them.
+    """
     from ..install.jars import ensure_jars
     from ..install.jdk import find_java
-    from ..settings import DataLayout
+    from ..settings import PipelineSettings
     from .dev import DevStack, DevStackSettings
 
     require_free_ports([("--gateway-port", gateway_port), ("--dagster-port", dagster_port)])
@@ -95,8 +99,16 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
     try:
+        settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
         find_java(os.environ)
-        ensure_jars(DataLayout.at(data_dir).jar_dir, os.environ)
+        if settings.spark_packages:
+            click.echo(f"jars      Maven coordinates ({ENV_SPARK_PACKAGES}), fetched by Spark")
+        else:
+            jars = ensure_jars(settings.resolved_jar_dir, os.environ)
+            click.echo(f"jars      {len(jars.all)} in {jars.folder}")
     except LakeSyncError as exc:
         raise click.ClickException(exc.message) from exc
     stack = DevStack(
@@ -107,6 +119,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
             gateway_port=gateway_port,
             dagster_port=dagster_port,
             demo_clients=clients,
+            jar_dir=settings.jar_dir,
         ),
         os.environ,
     )
@@ -117,8 +130,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
     # Both stop the stack the same way; SIGINT explicitly too, as a shell starts a background
     # job with SIGINT ignored (`lakesync dev &` then `kill -INT %1`).
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGINT, interrupt)
+    handlers = signal.signal(signal.SIGTERM, interrupt), signal.signal(signal.SIGINT, interrupt)
     try:
         stack.start(click.echo)
         click.echo("running — open the Dagster UI; Ctrl-C stops everything")
@@ -134,6 +146,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
         click.echo("stopping …")
         stack.stop(click.echo)
         click.echo("stopped")
+        signal.signal(signal.SIGTERM, handlers[0])  # as they were (a caller in this process)
+        signal.signal(signal.SIGINT, handlers[1])
     sys.exit(code)
 
 
