@@ -82,7 +82,7 @@ def create_app(
         store = wal or WriteAheadLog.open(
             settings.wal_url, now_ms=wall(), on_group_commit=metrics.observe_group_commit
         )
-        handlers = build_action_handlers(settings)
+        handlers = build_action_handlers(settings, store.connectors)
         limiter = (
             CallerRateLimit(settings.rate_limit, settings.rate_window_s)
             if settings.rate_limit

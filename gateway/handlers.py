@@ -4,7 +4,10 @@ Each connector declared under ``actions:`` (``lakesync_platform.declarations``) 
 in the :class:`~lakesync_platform.sync.actions.ActionRegistry`: a ``webhook`` connector a
 :class:`~lakesync_platform.connectors.webhook.WebhookHandler`, a ``sql`` connector a
 :class:`~lakesync_platform.adapters.actions.SqlActionHandler` on its URL or on its declared
-destination's. ``${VAR}`` in URLs and headers is read from the settings' ``env``.
+destination's. ``${VAR}`` in URLs and headers is read from the settings' ``env``. Registered
+Jira and Salesforce source connectors serve their actions through
+:class:`~lakesync_platform.connectors.actions.ConnectorActionHandlers`, read from the config
+store as they come and go.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from lakesync_platform.adapters.actions import SqlActionHandler
+from lakesync_platform.connectors.actions import ConnectorActionHandlers
 from lakesync_platform.connectors.webhook import WebhookHandler
 from lakesync_platform.core.actions import ActionHandler
+from lakesync_platform.core.connectors import ConnectorConfig
 from lakesync_platform.declarations import (
     ActionConnectorDecl,
     DeclarationError,
@@ -30,9 +35,9 @@ __all__ = ["ActionHandlers", "build_action_handlers"]
 class ActionHandlers:
     """The registry of the declared handlers, and how to release them."""
 
-    def __init__(self) -> None:
-        self.registry = ActionRegistry()
-        self._closers: list[Callable[[], None]] = []
+    def __init__(self, provider: ConnectorActionHandlers | None = None) -> None:
+        self.registry = ActionRegistry(provider)
+        self._closers: list[Callable[[], None]] = [] if provider is None else [provider.close]
 
     def add(self, gw: str, name: str, handler: ActionHandler, close: Callable[[], None]) -> None:
         """Register ``handler`` for ``gw``'s connector ``name``."""
@@ -69,9 +74,16 @@ def _handler(
         raise DeclarationError(str(exc)) from exc
 
 
-def build_action_handlers(settings: GatewaySettings) -> ActionHandlers:
-    """The handlers of every connector declared in ``settings.defs_dir``."""
-    handlers = ActionHandlers()
+def build_action_handlers(
+    settings: GatewaySettings,
+    connectors: Callable[[str], Mapping[str, ConnectorConfig]] | None = None,
+) -> ActionHandlers:
+    """The handlers of every connector declared in ``settings.defs_dir``, and (given the
+    config store's ``connectors``) those of every registered Jira or Salesforce connector."""
+    provider = None
+    if connectors is not None:
+        provider = ConnectorActionHandlers(connectors, settings.env)
+    handlers = ActionHandlers(provider)
     declarations = load_declarations(settings.defs_dir)
     try:
         for gw, gateway in declarations.gateways.items():

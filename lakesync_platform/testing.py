@@ -248,6 +248,7 @@ class GatewayProcess(_Served):
             except OSError:
                 pass
             time.sleep(0.05)
+        self.kill()  # not left running behind the error (a `with` block never started)
         raise RuntimeError(f"gateway did not become ready:\n{self.log_tail()}")
 
     def _apps_ready(self, log_start: int) -> int:

@@ -6,8 +6,8 @@ unregistered ones — so a connector registered through the admin route runs wit
 the gateway or Dagster, and one deleted stops — and requests a run of each connector whose
 ``schedule`` ticked since the previous evaluation (the sensor's cursor, epoch seconds). The
 run key is the partition and the tick, so one tick launches at most one run per connector.
-Connectors of types this release does not poll (``jira``, ``salesforce``, ``bigquery``) get a
-partition but no scheduled run.
+Connectors of types that are not polled (``bigquery``, a pull source) get a partition but no
+scheduled run.
 """
 
 import time
@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from lakesync_platform.core.connectors import SQL_TYPES
+from lakesync_platform.core.connectors import POLLED_TYPES
 from lakesync_platform.pipeline.connectors import due_tick, registered_connectors
 from resources.connector_runs import CONNECTOR_JOB, CONNECTOR_PARTITIONS, connector_key
 from resources.lakesync import LakeSyncResource
@@ -48,7 +48,7 @@ def build_connector_sensor(clock: Callable[[], float] = time.time) -> dg.SensorD
         requests = []
         for key, cfg in sorted(wanted.items()):
             tick = due_tick(cfg.schedule, since, now)
-            if tick is not None and cfg.type in SQL_TYPES:  # the types this release polls
+            if tick is not None and cfg.type in POLLED_TYPES:
                 requests.append(
                     dg.RunRequest(
                         run_key=f"{key}@{tick}",

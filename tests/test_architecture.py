@@ -229,6 +229,7 @@ ROOM_IMPORTS: dict[str, set[str]] = {
     "declarations": {"core"},
     "settings": set(),
     "testing": {"core", "settings"},
+    "fakes": set(),
     "spark": {"core", "adapters", "install", "wal.export"},
     "pipeline": {
         "core",

@@ -256,6 +256,7 @@ SHOP = {
     "postgres": {"connectionString": "postgresql://app:${SHOP_PW}@db/shop"},
     "ingest": {"tables": [{"table": "items", "strategy": {"type": "diff"}}]},
 }
+JIRA = {"domain": "acme", "email": "bot@acme.io", "apiToken": "${JIRA_TOKEN}"}
 RULES = {"version": 1, "buckets": [{"name": "all", "tables": ["items"], "filters": []}]}
 
 
@@ -292,6 +293,19 @@ def test_sync_rules_and_connectors_are_declared_and_applied() -> None:
             " - at `$.connectors[0].postgres.connectionString`",
         ),
         ({"connectors": [SHOP, SHOP]}, "x.yaml: connector 'shop' declared twice"),
+        (
+            {"connectors": [{"name": "t", "type": "jira", "jira": {**JIRA, "pageSize": 0}}]},
+            "x.yaml: pageSize must be between 1 and 100 - at `$.connectors[0].jira.pageSize`",
+        ),
+        (
+            {
+                "connectors": [
+                    {"name": "crm", "type": "salesforce", "salesforce": {"clientId": "c"}}
+                ]
+            },
+            "x.yaml: instanceUrl is required (a non-empty string)"
+            " - at `$.connectors[0].salesforce.instanceUrl`",
+        ),
         (
             {
                 "syncRules": {

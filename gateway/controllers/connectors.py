@@ -9,7 +9,7 @@ from litestar.di import NamedDependency
 from litestar.params import PathParameter
 
 from lakesync_platform.core.connectors import (
-    SQL_TYPES,
+    POLLED_TYPES,
     masked_connector_json,
     parse_connector_config,
 )
@@ -68,7 +68,7 @@ class ConnectorsController(Controller):
                     c.name,
                     c.type,
                     c.ingest is not None,
-                    c.type in SQL_TYPES,
+                    c.type in POLLED_TYPES,
                     c.schedule,
                     masked_connector_json(c),
                 )

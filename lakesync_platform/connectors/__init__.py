@@ -7,7 +7,12 @@
   injected append, each stream's state saved only after the WAL committed what it covers;
 * :mod:`.http` — the retrying ``requests`` session HTTP sources are given, and declarative
   REST endpoints;
-* :mod:`.sql` — SQL sources (Postgres, MySQL/MariaDB): the ``cursor`` strategy.
+* :mod:`.census` — the delete census: an id sweep compared with the ids the WAL was given;
+* :mod:`.sql` — SQL sources (Postgres, MySQL/MariaDB): the ``cursor`` strategy;
+* :mod:`.jira` and :mod:`.salesforce` — Jira Cloud and Salesforce: endpoints as data, pure
+  record mappings, their streams, and their actions;
+* :mod:`.actions` — the action handlers of registered Jira and Salesforce connectors;
+* :mod:`.webhook` — the ``webhook`` action handler.
 
 Nothing here reaches the WAL or Spark itself: the pipeline composes (:mod:`lakesync_platform.
 pipeline.connectors`).

@@ -6,16 +6,26 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Change", "Page", "RunReport", "Stream", "StreamReport"]
+from ..core.schema import TableSchema
+
+__all__ = ["Change", "Page", "QuotaReached", "RunReport", "Stream", "StreamReport"]
+
+
+class QuotaReached(Exception):
+    """The source's API budget for this run is spent: streams stop at their last page (their
+    cursors stay where the WAL is), and the run ends as a success that says so."""
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
     """One source row as the gateway's table will hold it: ``row`` is ``None`` when the
-    source deleted it (the row id column is not part of ``row``)."""
+    source deleted it (the row id column is not part of ``row``). ``table`` is the stream's
+    table unless given (a stream whose pages carry rows of several tables: Jira's issues and
+    their comments)."""
 
     row_id: str
     row: Mapping[str, Any] | None
+    table: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +34,16 @@ class Page:
 
     ``state`` ``None`` keeps the previous state; ``after_commit`` runs once the page's changes
     are in the WAL and its state is saved (e.g. a diff replaces its snapshot then).
+    ``schemas`` are table schemas the page's rows need: their columns are added (additively) to
+    the gateway's tables before the page's changes are appended (a source field that appeared
+    since the last run becomes a new column).
     """
 
     changes: Sequence[Change]
     state: Mapping[str, Any] | None = None
     after_commit: Callable[[], None] | None = None
     api_calls: int = 0
+    schemas: Sequence[TableSchema] = ()
 
 
 class Stream(Protocol):
@@ -73,6 +87,12 @@ class RunReport:
     gateway: str
     streams: list[StreamReport] = field(default_factory=list)
     seconds: float = 0.0
+    stopped: str | None = None
+    """Why the run ended before its streams were exhausted (``"quota reached"``), else None."""
+    quota: Mapping[str, Any] | None = None
+    """The source's API quota as last seen (``used``, ``limit``, ``share``, ``budget``)."""
+    census: Mapping[str, Any] | None = None
+    """The delete census of this run, or the last one (``ran_this_run`` tells them apart)."""
 
     @property
     def records(self) -> int:

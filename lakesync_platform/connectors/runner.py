@@ -22,13 +22,16 @@ from typing import Any
 from ..core.delta import DELETE, INSERT, ColumnDelta, RowDelta
 from ..core.hlc import HLC
 from ..core.ids import delta_id
+from ..core.schema import TableSchema
 from ..core.wal import ConnectorStore, WalEntry
 from .model import Change, Page, RunReport, Stream, StreamReport
 
-__all__ = ["Append", "change_delta", "run_streams"]
+__all__ = ["Append", "EnsureSchema", "change_delta", "run_streams"]
 
 Append = Callable[[Sequence[RowDelta]], Sequence[WalEntry]]
 """Commit deltas to the WAL (whole or nothing) and return the entries appended."""
+EnsureSchema = Callable[[TableSchema], None]
+"""Give a gateway table at least the columns of a schema (additive evolution)."""
 
 
 def change_delta(change: Change, table: str, client_id: str, hlc: int) -> RowDelta:
@@ -40,6 +43,7 @@ def change_delta(change: Change, table: str, client_id: str, hlc: int) -> RowDel
     else:
         columns = tuple(ColumnDelta(k, v) for k, v in change.row.items())
         op = INSERT
+    table = change.table or table
     return RowDelta(
         op, table, change.row_id, client_id, columns, hlc,
         delta_id(client_id, hlc, table, change.row_id, columns),
@@ -84,8 +88,12 @@ def run_streams(
     clock: Callable[[], int],
     chunk_size: int = 500,
     monotonic: Callable[[], float] = time.monotonic,
+    ensure_schema: EnsureSchema | None = None,
 ) -> RunReport:
-    """Poll every stream once; see the module docstring for what is committed when."""
+    """Poll every stream once; see the module docstring for what is committed when.
+
+    ``ensure_schema`` receives the schemas a page declares (:attr:`Page.schemas`) before its
+    changes are appended."""
     started = monotonic()
     client_id = f"ingest:{connector}"
     hlc = HLC(clock)
@@ -103,6 +111,9 @@ def run_streams(
         for page in stream.pages(before):
             report.pages += 1
             report.api_calls += page.api_calls
+            if ensure_schema is not None:
+                for schema in page.schemas:
+                    ensure_schema(schema)
             for change in page.changes:
                 report.records += 1
                 chunker.deltas.append(change_delta(change, stream.table, client_id, hlc.now()))

@@ -35,25 +35,39 @@ __all__ = [
     "CONNECTOR_TYPES",
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_SCHEDULE",
+    "HTTP_TYPES",
     "MASK",
+    "POLLED_TYPES",
+    "SALESFORCE_DEFAULT_OBJECTS",
     "SECRET_FIELDS",
     "SQL_TYPES",
     "ConnectorConfig",
     "CursorStrategy",
     "DiffStrategy",
     "IngestConfig",
+    "JiraOptions",
+    "SalesforceObject",
+    "SalesforceOptions",
     "SqlTable",
     "connector_config_to_json",
     "env_reference",
+    "jira_options",
     "masked_connector_json",
     "parse_connector_config",
     "resolve_secrets",
+    "salesforce_options",
+    "salesforce_table",
 ]
 
 CONNECTOR_TYPES: Final = ("postgres", "mysql", "bigquery", "jira", "salesforce")
 """The reference's connector types (``bigquery`` is registered but never polled)."""
 SQL_TYPES: Final = ("postgres", "mysql")
 """Types whose ``ingest.tables`` are polled by the SQL source."""
+HTTP_TYPES: Final = ("jira", "salesforce")
+"""Types polled over their REST APIs (their options: :class:`JiraOptions`,
+:class:`SalesforceOptions`)."""
+POLLED_TYPES: Final = SQL_TYPES + HTTP_TYPES
+"""Types the pipeline polls (``bigquery`` is registered as a pull source only)."""
 DEFAULT_SCHEDULE: Final = "*/5 * * * *"
 """When a connector without ``schedule`` is polled (cron, UTC)."""
 DEFAULT_CHUNK_SIZE: Final = 500
@@ -66,8 +80,15 @@ _REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {
     "mysql": ("connectionString",),
     "bigquery": ("projectId", "dataset"),
     "jira": ("domain", "email", "apiToken"),
-    "salesforce": ("instanceUrl", "clientId", "clientSecret", "username", "password"),
+    "salesforce": ("instanceUrl", "clientId"),
 }
+_SALESFORCE_FLOW_REQUIRED: Final[Mapping[str, tuple[str, ...]]] = {
+    "password": ("clientSecret", "username", "password"),
+    "client_credentials": ("clientSecret",),
+    "refresh_token": ("refreshToken",),
+}
+"""What each OAuth flow needs besides ``instanceUrl`` and ``clientId`` (the reference's password
+flow needs the reference's five fields)."""
 SECRET_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     "jira": ("apiToken",),
     "salesforce": ("clientSecret", "password", "refreshToken"),
@@ -130,6 +151,172 @@ class ConnectorConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=False):
     def client_id(self) -> str:
         """The WAL client id its changes are written as."""
         return f"ingest:{self.name}"
+
+
+class JiraOptions(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """The ``jira`` object of a Jira Cloud connector.
+
+    ``jql`` filters the issues (no ``ORDER BY``: the poll orders by ``updated``);
+    ``custom_fields`` names the custom fields to keep, by id or name (``None``: all of them);
+    every ``census_every`` runs an id-only sweep turns vanished issues, comments and projects
+    into deletes (0: never). ``base_url`` replaces ``https://<domain>.atlassian.net`` (a proxy,
+    a test server).
+    """
+
+    domain: str
+    email: str
+    api_token: str
+    base_url: str | None = None
+    jql: str = ""
+    lookback_ms: int = 60_000
+    page_size: int = 100
+    include_comments: bool = True
+    include_projects: bool = True
+    custom_fields: list[str] | None = None
+    census_every: int = 12
+
+    @property
+    def url(self) -> str:
+        """The site's base URL."""
+        return (self.base_url or f"https://{self.domain}.atlassian.net").rstrip("/")
+
+
+class SalesforceObject(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """One polled sObject: its API name, the gateway table (default ``sf_<name>``, the
+    reference's plural for the four standard objects) and an optional SOQL ``WHERE`` filter."""
+
+    name: str
+    table: str | None = None
+    soql_filter: str | None = None
+
+
+SALESFORCE_DEFAULT_OBJECTS: Final = ("Account", "Contact", "Opportunity", "Lead")
+"""The sObjects a Salesforce connector polls when ``objects`` is not given."""
+
+
+class SalesforceOptions(msgspec.Struct, forbid_unknown_fields=True, rename="camel", frozen=True):
+    """The ``salesforce`` object of a Salesforce connector.
+
+    ``auth_flow`` is the OAuth flow (``password`` as the reference, ``client_credentials`` or
+    ``refresh_token``); ``login_url`` is where tokens come from (default
+    ``https://login.salesforce.com``, ``https://test.salesforce.com`` when ``is_sandbox``, the
+    instance itself for client credentials). A run stops cleanly once the org's daily API use
+    reaches ``quota_share`` of its allowance; a first load of an object holding more than
+    ``bulk_threshold`` records goes through the Bulk API 2.0 (0: never).
+    """
+
+    instance_url: str
+    client_id: str
+    client_secret: str | None = None
+    username: str | None = None
+    password: str | None = None
+    refresh_token: str | None = None
+    auth_flow: str = "password"
+    login_url: str | None = None
+    is_sandbox: bool = False
+    api_version: str = "v62.0"
+    objects: list[str | SalesforceObject] | None = None
+    lookback_ms: int = 60_000
+    quota_share: float = 0.8
+    bulk_threshold: int = 50_000
+    census_every: int = 12
+
+    def polled(self) -> list[SalesforceObject]:
+        """Every polled sObject (the four defaults when ``objects`` is not given)."""
+        given = list(self.objects) if self.objects is not None else SALESFORCE_DEFAULT_OBJECTS
+        return [o if isinstance(o, SalesforceObject) else SalesforceObject(o) for o in given]
+
+    @property
+    def token_url(self) -> str:
+        """The OAuth token endpoint."""
+        if self.login_url:
+            base = self.login_url
+        elif self.auth_flow == "client_credentials":
+            base = self.instance_url
+        else:
+            base = f"https://{'test' if self.is_sandbox else 'login'}.salesforce.com"
+        return base.rstrip("/") + "/services/oauth2/token"
+
+
+def jira_options(cfg: ConnectorConfig) -> JiraOptions:
+    """The typed ``jira`` object of a validated Jira connector."""
+    return msgspec.convert(cfg.source, JiraOptions)
+
+
+def salesforce_options(cfg: ConnectorConfig) -> SalesforceOptions:
+    """The typed ``salesforce`` object of a validated Salesforce connector."""
+    return msgspec.convert(cfg.source, SalesforceOptions)
+
+
+_OPTIONS: Final[Mapping[str, type[msgspec.Struct]]] = {
+    "jira": JiraOptions,
+    "salesforce": SalesforceOptions,
+}
+_IDENT_PART: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def _check_http_options(kind: str, source: Mapping[str, Any]) -> None:
+    """The typed checks of a Jira or Salesforce object (unknown keys, types, ranges)."""
+    try:
+        opts = msgspec.convert(source, _OPTIONS[kind])
+    except msgspec.ValidationError as exc:
+        message, sep, inner = str(exc).partition(" - at `$")
+        raise _fail(f"$.{kind}{inner.rstrip('`')}" if sep else f"$.{kind}", message) from exc
+    where = f"$.{kind}"
+    for key in ("lookbackMs", "censusEvery"):
+        if getattr(opts, _snake(key)) < 0:
+            raise _fail(f"{where}.{key}", f"{key} must be 0 or more")
+    if isinstance(opts, JiraOptions):
+        if not 1 <= opts.page_size <= 100:
+            raise _fail(f"{where}.pageSize", "pageSize must be between 1 and 100")
+        if re.search(r"\border\s+by\b", opts.jql, re.IGNORECASE):
+            raise _fail(
+                f"{where}.jql", "jql is a filter: leave ORDER BY out (polls order by updated)"
+            )
+        return
+    assert isinstance(opts, SalesforceOptions)
+    if opts.auth_flow not in _SALESFORCE_FLOW_REQUIRED:
+        raise _fail(
+            f"{where}.authFlow", f"authFlow must be one of {', '.join(_SALESFORCE_FLOW_REQUIRED)}"
+        )
+    for key in _SALESFORCE_FLOW_REQUIRED[opts.auth_flow]:
+        value = source.get(key)
+        if not isinstance(value, str) or not value:
+            raise _fail(f"{where}.{key}", f"{key} is required (a non-empty string)")
+    if not 0 < opts.quota_share <= 1:
+        raise _fail(f"{where}.quotaShare", "quotaShare must be more than 0 and at most 1")
+    if opts.bulk_threshold < 0:
+        raise _fail(f"{where}.bulkThreshold", "bulkThreshold must be 0 or more")
+    tables: set[str] = set()
+    for i, obj in enumerate(opts.polled()):
+        if _IDENT_PART.fullmatch(obj.name) is None:
+            raise _fail(f"{where}.objects[{i}]", f"{obj.name!r} is not an sObject API name")
+        table = obj.table or salesforce_table(obj.name)
+        try:
+            check_identifier(table, "table")
+        except SchemaError as exc:
+            raise _fail(f"{where}.objects[{i}]", exc.message) from exc
+        if table in tables:
+            raise _fail(f"{where}.objects[{i}]", f"table {table!r} is polled twice")
+        tables.add(table)
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+_SALESFORCE_TABLES: Final[Mapping[str, str]] = {
+    "Account": "sf_accounts",
+    "Contact": "sf_contacts",
+    "Opportunity": "sf_opportunities",
+    "Lead": "sf_leads",
+}
+
+
+def salesforce_table(sobject: str) -> str:
+    """The gateway table of an sObject: the reference's names for the four standard objects,
+    ``sf_<snake_case name>`` for any other (``Invoice__c`` → ``sf_invoice__c``)."""
+    return _SALESFORCE_TABLES.get(sobject) or ("sf_" + _snake(sobject))[:64]
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=False):
@@ -235,6 +422,8 @@ def parse_connector_config(obj: object) -> ConnectorConfig:
     if extra:
         raise _fail("$", f"unknown field(s) {sorted(extra)}")
     _check_secrets(body.type, source)
+    if body.type in _OPTIONS:
+        _check_http_options(body.type, source)
     _check_schedule(body.schedule)
     if body.type in SQL_TYPES and body.ingest is None:
         raise _fail("$.ingest", f"a {body.type} connector needs ingest.tables to poll")

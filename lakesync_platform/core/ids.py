@@ -195,19 +195,28 @@ _fast_encode = msgspec.json.Encoder().encode
 
 
 def _plain(value: Any) -> bool:
-    """A value whose canonical JSON msgspec writes byte for byte: a string, ``None``, a bool, a
-    safe integer, or a non-integral float that both write in positional notation (msgspec
-    escapes strings as ``JSON.stringify`` does and refuses lone surrogates, which then take the
-    general path)."""
+    """A value whose canonical JSON msgspec writes byte for byte (after :func:`_js_form`): a
+    string, ``None``, a bool, a safe integer, an integral float within the safe integers
+    (``JSON.stringify`` writes ``5.0`` as ``5``), or a non-integral float that both write in
+    positional notation (msgspec escapes strings as ``JSON.stringify`` does and refuses lone
+    surrogates, which then take the general path)."""
     kind = type(value)
     if kind is float:
-        return 1e-4 <= abs(value) < 1e15 and not value.is_integer()
+        number = float(value)
+        if number.is_integer():
+            return -_MAX_SAFE_INTEGER <= number <= _MAX_SAFE_INTEGER
+        return 1e-4 <= abs(number) < 1e15
     return (
         kind is str
         or value is None
         or kind is bool
         or (kind is int and -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER)
     )
+
+
+def _js_form(value: Any) -> Any:
+    """An integral float as the integer ``JSON.stringify`` writes for it (``-0.0`` → ``0``)."""
+    return int(value) if type(value) is float and value.is_integer() else value
 
 
 def delta_id_payload(
@@ -225,7 +234,7 @@ def delta_id_payload(
             return _fast_encode(
                 {
                     "clientId": client_id,
-                    "columns": [{"column": c.column, "value": c.value} for c in columns],
+                    "columns": [{"column": c.column, "value": _js_form(c.value)} for c in columns],
                     "hlc": str(hlc),
                     "rowId": row_id,
                     "table": table,

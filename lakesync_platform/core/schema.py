@@ -12,6 +12,7 @@ plus two of ours: duplicate column names and an invalid ``sourceTable`` are reje
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ __all__ = [
     "json_type_name",
     "parse_table_schema",
     "table_schema_to_json",
+    "with_columns",
 ]
 
 COLUMN_TYPES: Final = ("string", "number", "boolean", "json", "null")
@@ -235,6 +237,18 @@ def evolve_schema(current: TableSchema | None, new: TableSchema) -> TableSchema:
                 f'to "{new_types[col.name]}"'
             )
     return current if new == current else new
+
+
+def with_columns(current: TableSchema | None, wanted: TableSchema) -> TableSchema | None:
+    """``current`` widened by the columns of ``wanted`` it lacks (appended, in ``wanted``'s
+    order; a column it has keeps its type), ``wanted`` when there is no ``current``, or
+    ``None`` when nothing is missing: what a source that learned new fields registers."""
+    if current is None:
+        return wanted
+    missing = tuple(c for c in wanted.columns if current.column(c.name) is None)
+    if not missing:
+        return None
+    return dataclasses.replace(current, columns=current.columns + missing)
 
 
 def json_type_name(value: Any) -> str:

@@ -35,6 +35,7 @@ from ..declarations import (
 )
 from ..settings import PipelineSettings
 from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
+from ..wal.sqlite import BATCH_MEMORY
 from ..wal.store import WriteAheadLog
 from .lock import LakeLock, lake_lock
 
@@ -146,7 +147,7 @@ class PipelineContext:
         """The WAL (opened on first use)."""
         if self._wal is None:
             self.settings.data_dir.mkdir(parents=True, exist_ok=True)
-            self._wal = WriteAheadLog.open(self.settings.resolved_wal_url)
+            self._wal = WriteAheadLog.open(self.settings.resolved_wal_url, memory=BATCH_MEMORY)
         return self._wal
 
     @property

@@ -8,6 +8,7 @@ Dagster's step lines::
     state demo.todos: 1 234 rows changed (1 200 live), log 1..12 345 in 2.0 s
     materialise demo → todos: 1 200 upserted, 34 deleted, state 1..12 345 in 0.3 s
     connector demo/shop: 1 000 records, 12 INSERT, 3 DELETE in 0.8 s
+    connector demo/crm: 4 000 records, 4 000 INSERT in 2.1 s; stopped: quota reached (…)
     compact demo.todos: 12 → 1 data files, 3 → 0 delete files, 410 kB → 380 kB in 1.2 s
     expire demo.todos: 5 of 7 snapshots expired (committed before …), 14 files deleted, …
     trim demo: 10 000 entries, 9 800 delta ids; WAL floor 12 000, 2 345 left, 18.2 MB in 0.4 s
@@ -75,7 +76,17 @@ def describe(result: StageResult) -> str:
     if isinstance(result, RunReport):
         ops = ", ".join(f"{number(n)} {op}" for op, n in sorted(result.deltas.items()))
         head = f"connector {result.gateway}/{result.connector}"
-        return f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
+        line = f"{head}: {number(result.records)} records, {ops or 'no changes'} {took}"
+        census = result.census or {}
+        if census.get("ranThisRun"):
+            last = census["last"]
+            line += f"; census: {number(last['vanished'])} vanished"
+            line += f", {number(last['missing'])} missing" if last["missing"] else ", consistent"
+        if result.stopped:
+            quota = result.quota or {}
+            used = f" ({number(quota['used'])}/{number(quota['limit'])} API calls used today)"
+            line += f"; stopped: {result.stopped}" + (used if quota.get("limit") else "")
+        return line
     if isinstance(result, TrimResult):
         return (
             f"trim {result.gateway_id}: {number(result.entries_trimmed)} entries, "

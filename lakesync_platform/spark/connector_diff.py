@@ -12,6 +12,9 @@ time: the changes it re-sends are already in the WAL and append nothing.
 
 Why Spark: the comparison touches every row of both sides (a million rows in a poll); Spark
 spills the join to disk and keeps the driver's memory to one partition of *changes*.
+
+The delete census of the HTTP sources (:mod:`.connector_census`) compares id lists the same
+way: a staging table, a comparison, and the staging table kept only once the WAL committed.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .wal_source import JdbcSource
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SnapshotDiff", "snapshot_table"]
+__all__ = ["SnapshotDiff", "promote_staging", "snapshot_table"]
 
 _ROWS_PER_PARTITION = 50_000
 _ROW_ID = "_ls_row_id"
@@ -41,6 +44,13 @@ def snapshot_table(gw: str, connector: str, table: str, suffix: str = "") -> str
     check_identifier(connector, "connector")
     check_identifier(table, "table")
     return f"{namespace(gw)}.{q(f'_ls_snapshot__{connector}__{table}{suffix}')}"
+
+
+def promote_staging(spark: SparkSession, target: str, staging: str) -> None:
+    """Replace ``target`` by ``staging`` (one atomic Iceberg ``REPLACE TABLE … AS SELECT``),
+    then drop ``staging``. Call once the WAL committed every change the comparison gave."""
+    spark.sql(f"CREATE OR REPLACE TABLE {target} USING iceberg AS SELECT * FROM {staging}")
+    spark.sql(f"DROP TABLE IF EXISTS {staging}")
 
 
 @dataclass
@@ -116,7 +126,4 @@ class SnapshotDiff:
 
     def promote(self) -> None:
         """Make the staging table the snapshot (call once the WAL committed every change)."""
-        self.spark.sql(
-            f"CREATE OR REPLACE TABLE {self.snapshot} USING iceberg AS SELECT * FROM {self.staging}"
-        )
-        self.spark.sql(f"DROP TABLE IF EXISTS {self.staging}")
+        promote_staging(self.spark, self.snapshot, self.staging)

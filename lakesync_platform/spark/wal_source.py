@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine import make_url
 
 from ..core.errors import AdapterError
-from ..wal.export import CURSOR_COLUMN, EXPORT_COLUMNS, export_query
+from ..wal.export import CURSOR_COLUMN, EXPORT_COLUMNS, export_query, ingested_ids_query
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["JdbcSource", "jdbc_source", "read_wal_entries"]
+__all__ = ["JdbcSource", "jdbc_source", "read_ingested_ids", "read_wal_entries"]
 
 _ROWS_PER_PARTITION = 250_000
 _MIN_ROWS_PER_PARTITION = 25_000
@@ -102,3 +102,19 @@ def read_wal_entries(
     return df.selectExpr(
         *(f"CAST({c.name} AS {_SPARK_TYPES[c.kind]}) AS {c.name}" for c in EXPORT_COLUMNS)
     )
+
+
+def read_ingested_ids(
+    spark: SparkSession, source: JdbcSource, gw: str, client_id: str, after: int
+) -> DataFrame:
+    """The distinct ``(tbl, row_id)`` ``client_id`` wrote to ``gw`` after cursor ``after``
+    (columns ``tbl, row_id``)."""
+    query = ingested_ids_query(gw, client_id, after)
+    df = (
+        spark.read.format("jdbc")
+        .options(**source.options())
+        .option("dbtable", f"({query}) ingested")
+        .option("fetchsize", "20000")
+        .load()
+    )
+    return df.selectExpr("CAST(tbl AS STRING) AS tbl", "CAST(row_id AS STRING) AS row_id")

@@ -87,11 +87,16 @@ def action_keys(action: Action) -> list[str]:
 
 
 class ActionRegistry:
-    """Action handlers by gateway id and connector name."""
+    """Action handlers by gateway id and connector name: those registered here, and those
+    ``provider`` gives for a gateway (the registered source connectors' handlers; a handler
+    registered here wins over a provided one of the same name)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, provider: Callable[[str], Mapping[str, ActionHandler]] | None = None
+    ) -> None:
         self._handlers: dict[str, dict[str, ActionHandler]] = {}
         self._lock = threading.Lock()
+        self._provider = provider
 
     def register(self, gw: str, connector: str, handler: ActionHandler) -> None:
         """Route ``gw``'s actions for ``connector`` to ``handler`` (replacing any other)."""
@@ -105,8 +110,9 @@ class ActionRegistry:
 
     def handlers(self, gw: str) -> dict[str, ActionHandler]:
         """``gw``'s handlers by connector name."""
+        provided = dict(self._provider(gw)) if self._provider is not None else {}
         with self._lock:
-            return dict(self._handlers.get(gw, {}))
+            return {**provided, **self._handlers.get(gw, {})}
 
     def resolve(self, gw: str, action: Action) -> tuple[ActionHandler, ActionDescriptor]:
         """The handler and descriptor for ``action``; raises :class:`ActionNotSupportedError`

@@ -188,7 +188,9 @@ def changed_part(state: RowState | None, d: RowDelta) -> RowDelta | None:
     """``d`` without the columns whose value the row already holds; ``None`` if nothing is left.
 
     A ``DELETE`` of a row that is not live changes nothing. Values compare by their JSON
-    encoding (``1``, ``1.0`` and ``true`` differ).
+    encoding (``1``, ``1.0`` and ``true`` differ); a ``null`` for a column a live row does not
+    hold changes nothing either (the row reads ``null`` there already: a column a source grew
+    does not rewrite every row it re-reads).
     """
     if d.op == DELETE:
         return d if state is not None and state.live else None
@@ -198,7 +200,8 @@ def changed_part(state: RowState | None, d: RowDelta) -> RowDelta | None:
     cols = tuple(
         c
         for c in d.columns
-        if (cur := held.get(c.column)) is None or _json_encode(cur.value) != _json_encode(c.value)
+        if ((cur := held.get(c.column)) is None and (c.value is not None or not state.live))
+        or (cur is not None and _json_encode(cur.value) != _json_encode(c.value))
     )
     if not cols:
         return None

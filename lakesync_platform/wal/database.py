@@ -24,7 +24,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..core.errors import AdapterError
-from .sqlite import SqliteCheckpointer, SqliteWriterLock, configure_sqlite
+from .sqlite import (
+    SERVER_MEMORY,
+    SqliteCheckpointer,
+    SqliteMemory,
+    SqliteWriterLock,
+    configure_sqlite,
+)
 
 __all__ = ["SqlDatabase", "chunks", "create_engines", "redact"]
 
@@ -45,16 +51,19 @@ def redact(url: str) -> str:
     return url
 
 
-def create_engines(url: str, pool_size: int) -> tuple[Engine, Engine, Engine | None]:
+def create_engines(
+    url: str, pool_size: int, memory: SqliteMemory = SERVER_MEMORY
+) -> tuple[Engine, Engine, Engine | None]:
     """The write, read and bookkeeping engines for ``url`` (``None``: bookkeeping writes on
-    the write engine). Raises :class:`AdapterError` for an unsupported URL."""
+    the write engine); SQLite connections use ``memory``. Raises :class:`AdapterError` for an
+    unsupported URL."""
     if url.startswith("sqlite"):
         write_engine = create_engine(url, pool_size=4, max_overflow=8)
         read_engine = create_engine(url, pool_size=8, max_overflow=16)
         meta_engine = create_engine(url, pool_size=2, max_overflow=8)
-        configure_sqlite(write_engine, immediate=True)
-        configure_sqlite(read_engine, immediate=False)
-        configure_sqlite(meta_engine, immediate=True, synchronous="NORMAL")
+        configure_sqlite(write_engine, immediate=True, memory=memory)
+        configure_sqlite(read_engine, immediate=False, memory=memory)
+        configure_sqlite(meta_engine, immediate=True, synchronous="NORMAL", memory=memory)
         return write_engine, read_engine, meta_engine
     if url.startswith("postgresql"):
         write_engine = create_engine(url, pool_size=pool_size, pool_pre_ping=True)

@@ -15,7 +15,7 @@ from sqlalchemy import BigInteger, Integer, Text
 
 from . import tables as t
 
-__all__ = ["CURSOR_COLUMN", "EXPORT_COLUMNS", "ExportColumn", "export_query"]
+__all__ = ["CURSOR_COLUMN", "EXPORT_COLUMNS", "ExportColumn", "export_query", "ingested_ids_query"]
 
 ColumnKind = Literal["int64", "int32", "text"]
 
@@ -61,4 +61,18 @@ def export_query(gw: str, after: int, up_to: int) -> str:
         f"SELECT {', '.join(c.name for c in EXPORT_COLUMNS)} "
         f"FROM {t.entries.name} WHERE {t.entries.c.gateway_id.name} = {_sql_string(gw)} "
         f"AND {cursor} > {int(after)} AND {cursor} <= {int(up_to)}"
+    )
+
+
+def ingested_ids_query(gw: str, client_id: str, after: int) -> str:
+    """SQL selecting the distinct ``(tbl, row_id)`` that ``client_id`` (a connector's
+    ``ingest:<name>``) wrote to ``gw`` with ``cursor > after`` (a delete census's known ids).
+
+    Plain SQL that SQLite, PostgreSQL and MariaDB all accept, for use as a JDBC subquery.
+    """
+    e = t.entries.c
+    return (
+        f"SELECT DISTINCT {e.tbl.name}, {e.row_id.name} FROM {t.entries.name} "
+        f"WHERE {e.gateway_id.name} = {_sql_string(gw)} "
+        f"AND {e.client_id.name} = {_sql_string(client_id)} AND {CURSOR_COLUMN} > {int(after)}"
     )

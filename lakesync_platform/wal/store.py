@@ -35,6 +35,7 @@ from .database import create_engines, redact
 from .flush_requests import SqlFlushRequests
 from .group_commit import GroupCommitter
 from .log import SqlLog
+from .sqlite import SERVER_MEMORY, SqliteMemory
 from .trim import SqlTrim
 
 __all__ = ["WriteAheadLog"]
@@ -66,15 +67,18 @@ class WriteAheadLog(
         now_ms: int = 0,
         pool_size: int = 8,
         on_group_commit: Callable[[int], None] | None = None,
+        memory: SqliteMemory = SERVER_MEMORY,
     ) -> WriteAheadLog:
         """Open (and migrate) the WAL at ``url``: ``sqlite:///PATH`` or ``postgresql+psycopg://…``.
 
-        ``on_group_commit`` is called with the number of pushes of every committed group.
+        ``on_group_commit`` is called with the number of pushes of every committed group;
+        ``memory`` bounds an embedded (SQLite) WAL's page cache and memory map per connection
+        (a pipeline run opens it with :data:`~.sqlite.BATCH_MEMORY`).
         """
         if url.startswith("postgresql://"):
             url = "postgresql+psycopg://" + url[len("postgresql://") :]
         try:
-            write_engine, read_engine, meta_engine = create_engines(url, pool_size)
+            write_engine, read_engine, meta_engine = create_engines(url, pool_size, memory)
             wal = cls(write_engine, read_engine, url, meta_engine, on_group_commit)
             wal._migrate(now_ms)
         except (SQLAlchemyError, AdapterError) as exc:

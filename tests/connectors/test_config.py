@@ -98,3 +98,63 @@ def test_secret_fields_must_be_references() -> None:
         )
     with pytest.raises(ValidationError, match="environment variable NOPE is not set"):
         resolve_secrets("${NOPE}", {})
+
+
+JIRA: dict[str, Any] = {"domain": "acme", "email": "bot@acme.io", "apiToken": "${JIRA_TOKEN}"}
+SF: dict[str, Any] = {
+    "instanceUrl": "https://acme.my.salesforce.com",
+    "clientId": "3MVG9",
+    "clientSecret": "${SF_SECRET}",
+    "username": "bot@acme.io",
+    "password": "${SF_PASSWORD}",
+}
+
+
+NO_PASSWORD = {k: v for k, v in SF.items() if k != "password"}
+BAD_HTTP_OPTIONS: list[tuple[str, dict[str, Any], str]] = [
+    ("jira", {"jql": "project = X ORDER BY key"}, "leave ORDER BY out (polls order by updated)"),
+    ("jira", {"pageSize": 500}, "pageSize must be between 1 and 100 - at `$.jira.pageSize`"),
+    ("jira", {"censusEvery": -1}, "censusEvery must be 0 or more - at `$.jira.censusEvery`"),
+    ("jira", {"jqll": "x"}, "Object contains unknown field `jqll` - at `$.jira`"),
+    ("jira", {"customFields": "all"}, "Expected `array | null`, got `str` - at `$.jira.custom"),
+    ("salesforce", {"authFlow": "magic"}, "authFlow must be one of password, client_credentials"),
+    ("salesforce", {"authFlow": "refresh_token"}, "refreshToken is required (a non-empty string)"),
+    ("salesforce", {"refreshToken": "5Aep"}, "refreshToken must be a ${VAR} reference"),
+    ("salesforce", {"quotaShare": 1.5}, "quotaShare must be more than 0 and at most 1"),
+    ("salesforce", {"objects": ["Account", "A B"]}, "'A B' is not an sObject API name - at `$.sal"),
+    ("salesforce", {"objects": ["Account", {"name": "L", "table": "sf_accounts"}]}, "polled twice"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "change", "message"), BAD_HTTP_OPTIONS)
+def test_bad_jira_and_salesforce_options_name_the_path(
+    kind: str, change: dict[str, Any], message: str
+) -> None:
+    options = {**(JIRA if kind == "jira" else SF), **change}
+    with pytest.raises(ValidationError) as err:
+        parse_connector_config({"name": "src", "type": kind, kind: options})
+    assert message in err.value.message
+    with pytest.raises(ValidationError) as err:
+        parse_connector_config({"name": "src", "type": "salesforce", "salesforce": NO_PASSWORD})
+    assert err.value.message == (
+        "password is required (a non-empty string) - at `$.salesforce.password`"
+    )
+
+
+def test_salesforce_flows_need_only_their_own_secrets() -> None:
+    creds = {"instanceUrl": "https://acme.my.salesforce.com", "clientId": "3MVG9"}
+    for flow, extra in [
+        ("client_credentials", {"clientSecret": "${S}"}),
+        ("refresh_token", {"refreshToken": "${R}"}),
+    ]:
+        cfg = parse_connector_config(
+            {
+                "name": "crm",
+                "type": "salesforce",
+                "salesforce": {**creds, "authFlow": flow, **extra},
+            }
+        )
+        assert masked_connector_json(cfg)["salesforce"].get("refreshToken") in (None, MASK)
+    cfg = parse_connector_config({"name": "crm", "type": "salesforce", "salesforce": SF})
+    shown = masked_connector_json(cfg)["salesforce"]
+    assert (shown["clientSecret"], shown["password"]) == (MASK, MASK)

@@ -269,6 +269,8 @@ _PLAIN_VALUES = st.one_of(
     st.integers(min_value=-(2**53), max_value=2**53),
     st.floats(allow_nan=False, allow_infinity=False),
     st.floats(min_value=1e-5, max_value=1e16),
+    st.integers(min_value=-(2**54), max_value=2**54).map(float),  # 5.0 is written 5
+    st.just(-0.0),
 )
 
 

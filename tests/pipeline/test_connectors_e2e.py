@@ -231,4 +231,5 @@ def test_the_dagster_job_polls_connectors_registered_at_runtime(
     wal.delete_connector(gw, "live")  # unregistered: its partition goes, nothing runs
     assert tick().run_requests == []
     assert instance.get_dynamic_partitions(CONNECTOR_PARTITIONS.name) == []
+    instance.dispose()  # its temporary folder, not left to the garbage collector
     source.dispose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,14 @@ from tests.helpers import ROOT
 
 from .conftest import TODOS, Pusher
 from .lock_holder import Holder, Waiting
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    """An ephemeral Dagster instance, disposed after the test (its temporary folder with it,
+    not left to a garbage collection during a later test)."""
+    with dg.DagsterInstance.ephemeral() as made:
+        yield made
 
 
 def _tick(sensor: dg.SensorDefinition, instance: dg.DagsterInstance, defs: dg.Definitions) -> Any:
@@ -140,7 +149,7 @@ def test_sync_job_runs_every_stage_and_checks_pass(
     wal: WriteAheadLog,
     spark: Any,
     monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
+    instance: dg.DagsterInstance,
 ) -> None:
     from lakesync_platform.core.schema import parse_table_schema
     from lakesync_platform.spark.layout import state_table
@@ -162,7 +171,6 @@ def test_sync_job_runs_every_stage_and_checks_pass(
     pusher.delete("a", "r2")
     pusher.write("a", "n1", table="notes", body="registered at runtime")
     request = wal.request_flush(gw, 1)
-    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster"))
     sensor = defs.resolve_sensor_def(f"{sync_job_name(gw)}_flush_requests")
     run_request = _tick(sensor, instance, defs)
     assert isinstance(run_request, dg.RunRequest)
@@ -231,13 +239,9 @@ def test_sync_job_waits_for_a_stage_another_process_runs(
 
 
 def test_backlog_sensor_fires_on_size_and_skips_below(
-    defs: dg.Definitions,
-    gw: str,
-    pusher: Pusher,
-    tmp_path: Path,
+    defs: dg.Definitions, gw: str, pusher: Pusher, instance: dg.DagsterInstance
 ) -> None:
     sensor = defs.resolve_sensor_def(f"{sync_job_name(gw)}_backlog")
-    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster"))
 
     def tick() -> Any:
         return _tick(sensor, instance, defs)
@@ -278,10 +282,7 @@ def _failed_run(instance: dg.DagsterInstance, tags: dict[str, str]) -> tuple[Any
 
 
 def test_failure_sensor_marks_a_failed_runs_requests_among_many(
-    defs: dg.Definitions,
-    gw: str,
-    wal: WriteAheadLog,
-    tmp_path: Path,
+    defs: dg.Definitions, gw: str, wal: WriteAheadLog, instance: dg.DagsterInstance
 ) -> None:
     # More than 100 older requests, of this gateway and of another one, all before the run's.
     for i in range(120):
@@ -290,7 +291,6 @@ def test_failure_sensor_marks_a_failed_runs_requests_among_many(
         wal.request_flush("other_gateway", 10 + i)
     request = wal.request_flush(gw, 1_000)
     wal.update_flush_request(request.request_id, "running", "sync run requested", 1_000)
-    instance = dg.DagsterInstance.ephemeral(tempdir=str(tmp_path / "dagster"))
     run, event = _failed_run(instance, {FLUSH_REQUESTS_TAG: request.request_id, GATEWAY_TAG: gw})
     sensor = defs.resolve_sensor_def("lakesync_flush_request_failures")
     with dg.build_run_status_sensor_context(

@@ -49,6 +49,18 @@ def test_re_appending_an_unchanged_record_appends_nothing(
     assert len(wal.read_entries(gw, 0)) == 1
 
 
+def test_a_null_for_a_column_the_row_lacks_appends_nothing(
+    service: SyncService, wal: WalStore, gw: str
+) -> None:
+    """A field the source grew arrives as ``null`` on every record re-read: no rewrite."""
+    service.append(gw, SOURCE, [record(1, title="Crash")])
+    assert service.append(gw, SOURCE, [record(2, title="Crash", team=None)]) == ()
+    [entry] = service.append(gw, SOURCE, [record(3, title="Crash", team="Blue")])
+    assert [(c.column, c.value) for c in entry.columns] == [("team", "Blue")]
+    [entry] = service.append(gw, SOURCE, [record(4, title="Crash", team=None)])
+    assert [(c.column, c.value) for c in entry.columns] == [("team", None)]
+
+
 def test_a_changed_record_appends_only_its_changed_columns(
     service: SyncService, wal: WalStore, gw: str
 ) -> None:
