@@ -129,11 +129,12 @@ class SqlAdapter:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """One transaction; driver errors surface as :class:`AdapterError`."""
+        """One transaction; driver errors surface as :class:`AdapterError` (the DB-API's own
+        too: bulk upserts run on the driver's cursor)."""
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise AdapterError(f"{self.dialect.name} destination failed: {exc}") from exc
 
     # ------------------------------------------------------------------ destination DDL
