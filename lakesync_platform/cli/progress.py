@@ -7,7 +7,7 @@
 * :func:`libraries_logged_to` — warnings other libraries log in Python (pyiceberg's, py4j's)
   into a file for the command's run (``<data-dir>/logs/run.log``), not onto the terminal.
 
-Used by ``lakesync run`` and ``lakesync query``/``history``.
+Used by ``lakesync run``, ``lakesync query``/``history`` and ``lakesync migrate``.
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ class Progress:
                     f"{what.split(' (')[0]} {outcome} in {time.monotonic() - started:.1f} s",
                     err=True,
                 )
+
+    def note(self, line: str) -> None:
+        """One line inside a step (``  todos: 20 000 rows copied``), unless quiet."""
+        if not self.quiet:
+            click.echo(line, err=True)
 
 
 def warnings_to_stderr() -> None:
