@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 from litestar import Litestar
 from litestar.enums import ScopeType
@@ -71,7 +72,7 @@ class ProtocolHeadersMiddleware:
             await _respond(send, 204, extra, b"")
             return
         if path.startswith(_UNVERSIONED) or path == "/connectors/types":
-            location = ("/v1" + path).encode("latin-1")
+            location = _versioned_location(scope)
             await _respond(
                 send, 301, [*extra, (b"location", location), (b"sunset", b"2026-06-01")], b""
             )
@@ -83,6 +84,17 @@ class ProtocolHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+def _versioned_location(scope: Scope) -> bytes:
+    """``/v1`` + the request's path and query as the client sent them (the reference drops the
+    query; its worker keeps it). The path's raw bytes keep escapes such as ``%2F`` escaped and
+    cannot fail to encode; without them the decoded path is escaped again."""
+    raw: bytes | None = scope.get("raw_path")
+    # Servers give the path alone (uvicorn); some test clients the path and the query.
+    target = raw.partition(b"?")[0] if raw else quote(scope["path"]).encode("ascii")
+    query: bytes = scope.get("query_string", b"")
+    return b"/v1" + target + (b"?" + query if query else b"")
 
 
 async def _respond(

@@ -505,6 +505,11 @@ class PipelineSettings:
         return self.wal_url or self.layout.wal_url
 
     @property
+    def resolved_jar_dir(self) -> Path:
+        """The Spark/Iceberg jar folder: ``LAKESYNC_JAR_DIR``, else ``<data-dir>/jars``."""
+        return self.jar_dir or self.layout.jar_dir
+
+    @property
     def resolved_defs_dir(self) -> Path:
         """The declarations folder."""
         return self.defs_dir or DEFAULT_DEFS_DIR.resolve()

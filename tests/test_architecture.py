@@ -395,3 +395,20 @@ def test_sensors_and_assets_share_through_resources_not_each_other() -> None:
 def test_gateway_never_imports_the_pipeline_apps() -> None:
     for module, names in _top_level_imports("gateway").items():
         assert not {"assets", "sensors", "resources", "dagster", "pyspark"} & names, module
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    """What two modules share has a public name in a home of its own (the CLI's progress lines
+    in ``cli/progress.py``, not ``run._Progress``); private modules (``client/_outbox.py``) are
+    fine, private names in them are not."""
+    violations = [
+        f"{path.relative_to(ROOT.parent)}:{node.lineno}: {alias.name} from {node.module}"
+        for folder in ("lakesync_platform", "gateway", "assets", "sensors", "resources")
+        for path in sorted((ROOT.parent / folder).rglob("*.py"))
+        if "_pb" not in path.parts  # protoc's output
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert violations == []

@@ -471,16 +471,25 @@ class BigQueryAdapter:
     def read_back(self, schema: TableSchema, name: str | None = None) -> list[dict[str, Any]]:
         """Every row of the destination table of ``schema``, synced columns as the lake's state
         holds them: json decoded, booleans as ``bool``, numbers as ``float``."""
+        return [row for rows in self.read_back_batches(schema, 0, name) for row in rows]
+
+    def read_back_batches(
+        self, schema: TableSchema, batch_rows: int, name: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """:meth:`read_back` in ``row_id`` order, in pages of at most ``batch_rows`` rows (0:
+        one page): one query, its result read page by page."""
         types = [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
         as_text = [f"TO_JSON_STRING({_q(n)}) AS {_q(n)}" for n, t in types if t == "json"]
         star = f"* REPLACE ({', '.join(as_text)})" if as_text else "*"
         table = self._table(name or schema.table)
         with self._translated(f"read of {table}"):
-            rows = self._query(f"SELECT {star} FROM {table}")
-        for row in rows:
-            for col, typ in types:
-                row[col] = _state_value(row[col], typ)
-        return rows
+            job = self.client.query(f"SELECT {star} FROM {table} ORDER BY row_id")
+            for page in job.result(page_size=batch_rows or None).pages:
+                rows = [dict(row.items()) for row in page]
+                for row in rows:
+                    for col, typ in types:
+                        row[col] = _state_value(row[col], typ)
+                yield rows
 
     def drop_table(self, name: str) -> None:
         """Drop a table if it exists."""

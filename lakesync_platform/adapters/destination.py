@@ -10,7 +10,7 @@ and SQLite; a BigQuery destination can, with its own unit of work as ``TxT``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -87,6 +87,13 @@ class Destination(Protocol[TxT]):
     def read_back(self, schema: TableSchema, name: str | None = None) -> list[dict[str, Any]]:
         """Every row of the table, synced columns as the lake's state holds them (json decoded,
         booleans as ``bool``, numbers as ``float``), plus ``row_id`` and ``deleted_at``."""
+        ...
+
+    def read_back_batches(
+        self, schema: TableSchema, batch_rows: int, name: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """:meth:`read_back` in ``row_id`` order, in batches of at most ``batch_rows`` rows, so
+        a table of any size is read in bounded memory."""
         ...
 
     def close(self) -> None:

@@ -129,11 +129,12 @@ class SqlAdapter:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """One transaction; driver errors surface as :class:`AdapterError`."""
+        """One transaction; driver errors surface as :class:`AdapterError` (the DB-API's own
+        too: bulk upserts run on the driver's cursor)."""
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, self.engine.dialect.loaded_dbapi.Error) as exc:
             raise AdapterError(f"{self.dialect.name} destination failed: {exc}") from exc
 
     # ------------------------------------------------------------------ destination DDL
@@ -423,8 +424,32 @@ class SqlAdapter:
     def read_back(self, schema: TableSchema, name: str | None = None) -> list[dict[str, Any]]:
         """Every row of the destination table of ``schema``, synced columns as the lake's state
         holds them: json decoded, booleans as ``bool``, numbers as ``float``."""
+        return self._as_state(schema, self.read_rows(name or schema.table))
+
+    def read_back_batches(
+        self, schema: TableSchema, batch_rows: int, name: str | None = None
+    ) -> Iterator[list[dict[str, Any]]]:
+        """:meth:`read_back` in ``row_id`` order, ``batch_rows`` at most per batch: a short
+        query per batch, after the last ``row_id`` before (no read stays open meanwhile)."""
+        rid, after = self.dialect.q("row_id"), None
+        head = f"SELECT * FROM {self.dialect.q(name or schema.table)}"
+        while True:
+            where = "" if after is None else f" WHERE {rid} > :after"
+            with self.transaction() as conn:
+                sql = text(f"{head}{where} ORDER BY {rid} LIMIT :n")
+                rows = [
+                    dict(r._mapping) for r in conn.execute(sql, {"after": after, "n": batch_rows})
+                ]
+            if not rows:
+                return
+            after = rows[-1]["row_id"]
+            yield self._as_state(schema, rows)
+            if len(rows) < batch_rows:
+                return
+
+    def _as_state(self, schema: TableSchema, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``rows`` with their synced columns as the lake's state holds them (in place)."""
         types = [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
-        rows = self.read_rows(name or schema.table)
         for row in rows:
             for col, typ in types:
                 row[col] = self._state_value(row[col], typ)

@@ -158,7 +158,7 @@ def check_jars(settings: PipelineSettings) -> Finding:
     """The jar folder holds every jar pinned in ``install/java/pom.xml``."""
     from ..install.jars import missing_jars, pinned_jars
 
-    jar_dir = settings.jar_dir or settings.layout.jar_dir
+    jar_dir = settings.resolved_jar_dir
     needed = pinned_jars()
     missing = [jar.file_name for jar in missing_jars(jar_dir)]
     if not missing:

@@ -44,6 +44,7 @@ from ..settings import (
     ENV_BACKLOG_BYTES,
     ENV_DATA_DIR,
     ENV_DEFS_DIR,
+    ENV_JAR_DIR,
     ENV_WAL_URL,
     DataLayout,
 )
@@ -90,6 +91,8 @@ class DevStackSettings:
     backlog_bytes: int = 4_000
     backlog_age_seconds: int = 20
     dagster_start_timeout_s: float = 180.0
+    jar_dir: Path | None = None
+    """``LAKESYNC_JAR_DIR`` made absolute for the children (``None``: ``<data-dir>/jars``)."""
 
 
 class DemoClient:
@@ -197,6 +200,8 @@ class DevStack:
             "DAGSTER_HOME": str(dagster_home),
             "PYTHONUNBUFFERED": "1",
         }
+        if s.jar_dir is not None:  # the runs start in the workspace's folder, not in ours
+            env[ENV_JAR_DIR] = str(s.jar_dir.resolve())
         echo(f"gateway   → {self.gateway_url}   (log {data / 'gateway.log'})")
         gateway = GatewayProcess(
             data,

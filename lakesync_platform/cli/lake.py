@@ -22,7 +22,7 @@ import click
 from ..core.errors import LakeSyncError, NotFoundError, ValidationError
 from .checks import NotReady, require_data_dir
 from .options import data_dir_option
-from .run import _log_libraries_to, _Progress
+from .progress import Progress, libraries_logged_to
 
 if TYPE_CHECKING:
     from ..pipeline.timetravel import LakeReader, Pins, QueryResult, TableHistory
@@ -69,9 +69,8 @@ def query(
     from ..pipeline.timetravel import QueryRequest, parse_as_of
 
     reader, run_log = _reader(data_dir)
-    progress = _Progress(quiet=as_json)
-    handler = _log_libraries_to(run_log)
-    try:
+    progress = Progress(quiet=as_json)
+    with libraries_logged_to(run_log):
         try:
             as_of_ms = None if as_of is None else parse_as_of(as_of)
             request = QueryRequest(sql, as_of_ms, snapshot, max_rows)
@@ -89,8 +88,6 @@ def query(
                 result = reader.query(gateway, request, pins)
         except LakeSyncError as exc:  # what Spark said about the SQL: exit 1
             raise click.ClickException(exc.message) from exc
-    finally:
-        _drop_handler(handler)
     click.echo(_query_json(gateway, result) if as_json else _query_text(result))
 
 
@@ -103,29 +100,20 @@ def history(table: str, gw: str | None, data_dir: Path, as_json: bool) -> None:
     """List a lake table's snapshots, oldest first, with their summaries (read with
     pyiceberg: no Spark)."""
     reader, run_log = _reader(data_dir)
-    handler = _log_libraries_to(run_log)
-    try:
-        gateway = reader.require_gateway(gw)
-        found = reader.history(gateway, table)
-    except (NotFoundError, ValidationError) as exc:
-        raise NotReady(exc.message) from exc
-    except LakeSyncError as exc:
-        raise click.ClickException(exc.message) from exc
-    finally:
-        _drop_handler(handler)
+    with libraries_logged_to(run_log):
+        try:
+            gateway = reader.require_gateway(gw)
+            found = reader.history(gateway, table)
+        except (NotFoundError, ValidationError) as exc:
+            raise NotReady(exc.message) from exc
+        except LakeSyncError as exc:
+            raise click.ClickException(exc.message) from exc
     if as_json:
         click.echo(json.dumps(_history_doc(gateway, table, found)))
         return
     click.echo(f"{table} of {gateway}: {len(found.snapshots)} snapshots, oldest first")
     for line in _history_lines(found):
         click.echo(line)
-
-
-def _drop_handler(handler: Any) -> None:
-    import logging
-
-    logging.getLogger().removeHandler(handler)
-    handler.close()
 
 
 def _pin_lines(pins: Pins) -> list[str]:

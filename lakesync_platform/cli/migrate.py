@@ -9,9 +9,11 @@ from pathlib import Path
 import click
 
 from ..core.errors import LakeSyncError
+from ..pipeline.migrate import BATCH_ROWS
 from ..settings import ENV_WAL_URL
 from .checks import NotReady
 from .options import data_dir_option, defs_dir_option
+from .progress import Progress
 
 __all__ = ["migrate"]
 
@@ -26,7 +28,16 @@ __all__ = ["migrate"]
 @data_dir_option
 @defs_dir_option
 @click.option("--wal-url", envvar=ENV_WAL_URL, help="sqlite:///PATH or postgresql://…")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option(
+    "--batch-rows",
+    default=BATCH_ROWS,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Rows read and written at a time (one transaction on the target each).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the report as JSON, no progress on stderr."
+)
 def migrate(
     source: str,
     target: str,
@@ -35,12 +46,16 @@ def migrate(
     data_dir: Path,
     defs_dir: Path,
     wal_url: str | None,
+    batch_rows: int,
     as_json: bool,
 ) -> None:
-    """Copy a destination's rows into another one (upsert by row_id, watermark carried over;
-    safe to re-run). Exit status 2 for an unknown destination, table or gateway."""
+    """Copy a destination's rows into another one, in batches (upsert by row_id, watermark
+    carried over once every row is in; safe to re-run). Progress on stderr, a line per table
+    and the rows copied after each batch. Exit status 2 for an unknown destination, table or
+    gateway."""
     from ..pipeline.context import PipelineContext
     from ..pipeline.migrate import MigrationError, migrate_destination
+    from ..pipeline.report import number
     from ..settings import PipelineSettings
 
     settings = PipelineSettings.from_env(
@@ -63,7 +78,17 @@ def migrate(
             gw = owners[0]
         elif gw not in gateways:
             raise NotReady(f"unknown gateway {gw!r}: not declared in {settings.resolved_defs_dir}")
-        report = migrate_destination(ctx, gw, source, target, chosen)
+        progress = Progress(quiet=as_json)
+        report = migrate_destination(
+            ctx,
+            gw,
+            source,
+            target,
+            chosen,
+            batch_rows=batch_rows,
+            step=progress.step,
+            on_rows=lambda table, rows: progress.note(f"  {table}: {number(rows)} rows copied"),
+        )
     except MigrationError as exc:
         raise NotReady(exc.message) from exc
     except LakeSyncError as exc:

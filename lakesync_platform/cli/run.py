@@ -6,7 +6,6 @@ read here, at the process edge (flags, then the environment variables of ``setti
 
 from __future__ import annotations
 
-import logging
 import os
 import shlex
 import signal
@@ -21,9 +20,10 @@ import click
 
 from ..core.errors import LakeSyncError
 from ..pipeline.report import StageResult, describe, json_document
-from ..settings import ENV_WAL_URL
+from ..settings import ENV_SPARK_PACKAGES, ENV_WAL_URL
 from .checks import NotReady, embedded_wal_file, require_data_dir, require_free_ports
 from .options import data_dir_option, defs_dir_option
+from .progress import Progress, libraries_logged_to, warnings_to_stderr
 
 if TYPE_CHECKING:
     from ..pipeline.context import PipelineContext
@@ -54,7 +54,7 @@ def setup(data_dir: Path) -> None:
     from ..settings import PipelineSettings
 
     settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
-    jar_dir = settings.jar_dir or settings.layout.jar_dir
+    jar_dir = settings.resolved_jar_dir
     try:
         started = time.monotonic()
         with _step("java") as done:
@@ -84,10 +84,14 @@ def setup(data_dir: Path) -> None:
 @click.option("--dagster-port", default=3000, show_default=True, type=int)
 @click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
 def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
-    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything."""
+    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything.
+
+    The jars are checked (and fetched when missing) where the runs will load them:
+    LAKESYNC_JAR_DIR, else <data-dir>/jars; with LAKESYNC_SPARK_PACKAGES Spark fetches them.
+    """
     from ..install.jars import ensure_jars
     from ..install.jdk import find_java
-    from ..settings import DataLayout
+    from ..settings import PipelineSettings
     from .dev import DevStack, DevStackSettings
 
     require_free_ports([("--gateway-port", gateway_port), ("--dagster-port", dagster_port)])
@@ -95,8 +99,16 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
     try:
+        settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
         find_java(os.environ)
-        ensure_jars(DataLayout.at(data_dir).jar_dir, os.environ)
+        if settings.spark_packages:
+            click.echo(f"jars      Maven coordinates ({ENV_SPARK_PACKAGES}), fetched by Spark")
+        else:
+            jars = ensure_jars(settings.resolved_jar_dir, os.environ)
+            click.echo(f"jars      {len(jars.all)} in {jars.folder}")
     except LakeSyncError as exc:
         raise click.ClickException(exc.message) from exc
     stack = DevStack(
@@ -107,6 +119,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
             gateway_port=gateway_port,
             dagster_port=dagster_port,
             demo_clients=clients,
+            jar_dir=settings.jar_dir,
         ),
         os.environ,
     )
@@ -117,8 +130,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
 
     # Both stop the stack the same way; SIGINT explicitly too, as a shell starts a background
     # job with SIGINT ignored (`lakesync dev &` then `kill -INT %1`).
-    signal.signal(signal.SIGTERM, interrupt)
-    signal.signal(signal.SIGINT, interrupt)
+    handlers = signal.signal(signal.SIGTERM, interrupt), signal.signal(signal.SIGINT, interrupt)
     try:
         stack.start(click.echo)
         click.echo("running — open the Dagster UI; Ctrl-C stops everything")
@@ -134,6 +146,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
         click.echo("stopping …")
         stack.stop(click.echo)
         click.echo("stopped")
+        signal.signal(signal.SIGTERM, handlers[0])  # as they were (a caller in this process)
+        signal.signal(signal.SIGINT, handlers[1])
     sys.exit(code)
 
 
@@ -194,7 +208,7 @@ def run(
     from ..pipeline.context import PipelineContext
     from ..settings import PipelineSettings
 
-    _log_to_stderr()
+    warnings_to_stderr()
     try:
         settings = PipelineSettings.from_env(
             os.environ, data_dir=str(data_dir), wal_url=wal_url, defs_dir=str(defs_dir)
@@ -202,7 +216,7 @@ def run(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     ctx = PipelineContext(settings)
-    progress = _Progress(quiet=as_json)
+    progress = Progress(quiet=as_json)
     started = time.monotonic()
     results: list[StageResult] = []
     stack = ExitStack()
@@ -222,9 +236,7 @@ def run(
                 f"and unknown to the WAL (known: {', '.join(known) or 'none'})"
             )
         ctx.apply_declarations()
-        libraries = _log_libraries_to(settings.layout.run_log)
-        stack.callback(logging.getLogger().removeHandler, libraries)
-        stack.callback(libraries.close)
+        stack.enter_context(libraries_logged_to(settings.layout.run_log))
         if stage == "connector":
             results.append(_run_connector(ctx, name, gw, progress))
             gateways = []
@@ -252,7 +264,7 @@ def run(
 
 
 def _run_connector(
-    ctx: PipelineContext, name: str | None, gw: str | None, progress: _Progress
+    ctx: PipelineContext, name: str | None, gw: str | None, progress: Progress
 ) -> StageResult:
     """Poll connector ``name`` once (of ``gw``, or of the one gateway that has it)."""
     from ..pipeline.connectors import registered_connectors, run_connector
@@ -273,7 +285,7 @@ def _run_connector(
     return report
 
 
-def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -> list[StageResult]:
+def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: Progress) -> list[StageResult]:
     """Run ``stage`` of ``gw``; its results."""
     from ..pipeline.checkpoint import run_checkpoint
     from ..pipeline.flush import run_flush
@@ -311,64 +323,6 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: _Progress) -
 
 _SYNC_JOB = ("flush", "state", "materialise")
 """The stages of the sync job (Dagster's ``sync_<gw>``), in order."""
-
-
-def _log_to_stderr() -> None:
-    """Warnings of the package (a stage waiting for another one) as plain lines on stderr;
-    records still propagate, so a host's own logging sees them as well."""
-    package = logging.getLogger("lakesync_platform")
-    if not any(h.get_name() == _STDERR_HANDLER for h in package.handlers):
-        handler = _EchoHandler(logging.WARNING)
-        handler.set_name(_STDERR_HANDLER)
-        package.addHandler(handler)
-
-
-_STDERR_HANDLER = "lakesync-cli-stderr"
-
-
-def _log_libraries_to(path: Path) -> logging.Handler:
-    """Warnings other libraries log in Python (pyiceberg's, py4j's) into ``path``, for this
-    command's run; the caller removes the handler it returns from the root logger."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setLevel(logging.WARNING)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger().addHandler(handler)
-    return handler
-
-
-class _EchoHandler(logging.Handler):
-    """A log record's message on the current stderr (looked up at each record)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Echo ``record``'s message to stderr."""
-        click.echo(record.getMessage(), err=True)
-
-
-class _Progress:
-    """Step lines on stderr — ``flush demo …`` then ``flush demo done in 1.2 s`` — unless quiet
-    (``--json``)."""
-
-    def __init__(self, *, quiet: bool) -> None:
-        self.quiet = quiet
-
-    @contextmanager
-    def step(self, what: str) -> Iterator[None]:
-        """Announce ``what``, run the block, say how long it took (or that it failed)."""
-        if not self.quiet:
-            click.echo(f"{what} …", err=True)
-        started = time.monotonic()
-        ok = False
-        try:
-            yield
-            ok = True
-        finally:
-            if not self.quiet:
-                outcome = "done" if ok else "failed"
-                click.echo(
-                    f"{what.split(' (')[0]} {outcome} in {time.monotonic() - started:.1f} s",
-                    err=True,
-                )
 
 
 def register(group: click.Group) -> None:

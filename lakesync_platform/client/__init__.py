@@ -24,7 +24,8 @@ from ._coordinator import SyncCoordinator, SyncMode, SyncReport
 from ._db import LocalDB
 from ._errors import DeadLetterError, RowExistsError, RowNotFoundError, TransportError
 from ._http import HttpTransport
-from ._outbox import Outbox, OutboxEntry, backoff_ms
+from ._outbox import Outbox, OutboxEntry
+from ._retry import backoff_ms
 from ._schemas import SchemaRegistry, SchemaSynchroniser
 from ._tracker import SyncTracker
 from ._transport import (

@@ -15,6 +15,11 @@ retryable error result and drops the action), a retryable error result (``ACTION
 ``ACTION_IN_PROGRESS``, a handler's transient failure) is retried with the outbox's backoff until
 the gateway gives a final answer, or ``max_retries`` sends have failed (then the last error is
 the action's result). ``on_action_complete`` listeners hear every final result.
+
+Retries follow the outbox's rules (:mod:`._retry`): actions that backed off because the gateway
+could not be reached are due at once when it answers again — to a pull, a push or an action,
+through the client's one :class:`~._retry.Outage` — while those it refused (a retryable result,
+a 5xx, a 429 with its ``Retry-After``) keep their backoff.
 """
 
 from __future__ import annotations
@@ -35,7 +40,13 @@ from ..core.actions import (
 from ..core.hlc import HLC
 from ..core.ids import action_id
 from ._db import LocalDB
-from ._outbox import backoff_ms
+from ._retry import (
+    Outage,
+    add_unreachable_column,
+    backoff_ms,
+    min_delay_ms,
+    release_unreachable,
+)
 
 __all__ = [
     "ACTIONS_DDL",
@@ -51,7 +62,7 @@ ACTIONS_DDL = (
     "action BLOB NOT NULL, "
     "status TEXT NOT NULL DEFAULT 'pending', retry_count INTEGER NOT NULL DEFAULT 0, "
     "retry_after INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, result BLOB, "
-    "last_error TEXT)",
+    "last_error TEXT, unreachable INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS _lakesync_actions_status ON _lakesync_actions (status, id)",
 )
 BATCH = 100
@@ -116,7 +127,12 @@ _COLUMNS = "id, action, status, retry_count, retry_after, created_at, result, la
 
 
 class ActionQueue:
-    """``_lakesync_actions`` and the sending of its entries (thread-safe through the db lock)."""
+    """``_lakesync_actions`` and the sending of its entries (thread-safe through the db lock).
+
+    ``outage`` is the client's memory of the gateway being unreachable, shared with the sync
+    coordinator (which adopts this queue's when given one): an answer to either ends it for
+    both queues.
+    """
 
     def __init__(
         self,
@@ -125,6 +141,7 @@ class ActionQueue:
         client_id: str,
         clock: Callable[[], int],
         max_retries: int = 10,
+        outage: Outage | None = None,
     ) -> None:
         self._db = db
         self._hlc = hlc
@@ -132,6 +149,9 @@ class ActionQueue:
         self._clock = clock
         self.max_retries = max_retries
         self._listeners: list[Callable[[str, Result], None]] = []
+        self.outage = outage if outage is not None else Outage()
+        """Shared with the coordinator: an answer after an outage releases both queues."""
+        self.outage.track(self.end_outage)
 
     @staticmethod
     def create(db: LocalDB) -> int:
@@ -143,6 +163,7 @@ class ActionQueue:
         with db.transaction():
             for ddl in ACTIONS_DDL:
                 db.exec(ddl)
+            add_unreachable_column(db, "_lakesync_actions")  # a file of an earlier version
             db.exec("UPDATE _lakesync_actions SET status = 'pending' WHERE status = 'sending'")
             return int(db.query_tuples("SELECT max(hlc) FROM _lakesync_actions")[0][0] or 0)
 
@@ -201,6 +222,11 @@ class ActionQueue:
         )
         return int(rows[0][0])
 
+    def end_outage(self) -> int:
+        """The gateway answers again: actions backing off because it could not be reached
+        become due now (refused ones keep their backoff); returns how many."""
+        return release_unreachable(self._db, "_lakesync_actions")
+
     def forget_done(self) -> int:
         """Drop done entries (their results were reported); returns how many."""
         with self._db.transaction():
@@ -226,7 +252,8 @@ class ActionQueue:
         """Send due actions (or just the action ``only``) in batches; returns the final results.
 
         Without an :class:`ActionTransport` nothing is sent. A transport failure puts the batch
-        back with a backoff and is raised.
+        back with a backoff and is raised. An answer that ends an outage makes the entries
+        backing off from it due (:class:`~._retry.Outage`), so this call sends them too.
         """
         if not isinstance(transport, ActionTransport):
             return []
@@ -235,9 +262,10 @@ class ActionQueue:
             try:
                 response = transport.execute_actions(self._client_id, [e.action for e in batch])
             except Exception as exc:
-                self._nack(batch, str(exc))
+                self._nack(batch, exc)
                 raise
             finished += self._record(batch, response.results)
+            self.outage.answered()
             if only is not None:
                 break
         for result in finished:
@@ -245,14 +273,23 @@ class ActionQueue:
                 listener(result.action_id, result)
         return finished
 
-    def _nack(self, batch: Sequence[ActionEntry], error: str) -> None:
+    def _nack(self, batch: Sequence[ActionEntry], error: Exception) -> None:
+        """The request failed: back off, remembering whether the gateway was unreachable."""
         now = self._clock()
+        unreachable = self.outage.failed(error)
+        wait = min_delay_ms(error)
         with self._db.transaction():
             self._db.exec_many(
                 "UPDATE _lakesync_actions SET status = 'pending', retry_count = ?,"
-                " retry_after = ?, last_error = ? WHERE id = ?",
+                " retry_after = ?, last_error = ?, unreachable = ? WHERE id = ?",
                 [
-                    (e.retry_count + 1, now + backoff_ms(e.retry_count + 1), error, e.id)
+                    (
+                        e.retry_count + 1,
+                        now + max(backoff_ms(e.retry_count + 1), wait),
+                        str(error),
+                        unreachable,
+                        e.id,
+                    )
                     for e in batch
                 ],
             )
@@ -269,9 +306,9 @@ class ActionQueue:
                     and entry.retry_count + 1 < self.max_retries
                 ):
                     error = "no result" if result is None else f"{result.code}: {result.message}"
-                    self._db.exec(
+                    self._db.exec(  # a refusal: it keeps its backoff after an outage
                         "UPDATE _lakesync_actions SET status = 'pending', retry_count = ?,"
-                        " retry_after = ?, last_error = ? WHERE id = ?",
+                        " retry_after = ?, last_error = ?, unreachable = 0 WHERE id = ?",
                         (
                             entry.retry_count + 1,
                             self._clock() + backoff_ms(entry.retry_count + 1),

@@ -12,9 +12,10 @@ coordinator (PROTOCOL.md §12), on purpose:
 * ``hasMore`` is honoured;
 * conflicts with unpushed local writes are resolved per column from the local stamps
   (:mod:`._applier`), not by comparing whole deltas with the last queued one;
-* once the gateway answers again after an outage (the first successful pull or push), outbox
-  entries backing off because it could not be reached are due at once, so the same
-  ``sync_once`` pushes them all; entries it refused keep their backoff;
+* once the gateway answers again after an outage (the first successful pull, push or action
+  request), outbox entries and queued actions backing off because it could not be reached are
+  due at once, so the same ``sync_once`` sends them all; entries it refused keep their backoff
+  (:mod:`._retry`, one :class:`~._retry.Outage` shared with the action queue);
 * a batch the gateway rejects as malformed is bisected so one bad delta cannot hold back the
   others; dead-lettered entries stay visible (:meth:`SyncCoordinator.dead_letters`) and are
   reported through ``on_error`` — never dropped silently;
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Literal, TypeVar
 
-from ..core.errors import ClockDriftError, RateLimitedError
+from ..core.errors import ClockDriftError
 from ..core.hlc import HLC, encode
 from ..core.stamped import StampedBlock
 from ._actions import ActionQueue
@@ -43,6 +44,7 @@ from ._db import LocalDB
 from ._errors import DeadLetterError, TransportError, is_permanent
 from ._kv import SyncState
 from ._outbox import Outbox, OutboxEntry
+from ._retry import Outage, min_delay_ms
 from ._schemas import SchemaRegistry
 from ._tracker import SyncTracker
 from ._transport import Checkpoint, RealtimeTransport, Transport
@@ -152,9 +154,9 @@ class SyncCoordinator:
         self._checkpoint_tried = False
         self._last_sync_ms: int | None = state.last_sync_ms
         self._last_dead = 0
-        # True until a request succeeds: entries a previous run left backing off from an
-        # outage are released by the first answer too.
-        self._outage = True
+        # One memory of outages for both queues (the action queue's, when there is one).
+        self._outage = actions.outage if actions is not None else Outage()
+        self._outage.track(outbox.end_outage)
         self._changes = _Listeners[frozenset[str]]("on_change")
         self._completes = _Listeners[SyncReport]("on_sync_complete")
         self._errors = _Listeners[BaseException]("on_error")
@@ -431,11 +433,14 @@ class SyncCoordinator:
                     raise
                 second = self._send(batch[mid:])
                 return first[0] + second[0], first[1] + second[1]
-            delay = exc.retry_after * 1000 if isinstance(exc, RateLimitedError) else 0
-            unreachable = isinstance(exc, TransportError) and exc.status is None
-            self._outage = self._outage or unreachable
+            unreachable = self._outage.failed(exc)
             dead = self._outbox.nack(
-                ids, self._clock(), str(exc), self.max_retries, delay, unreachable=unreachable
+                ids,
+                self._clock(),
+                str(exc),
+                self.max_retries,
+                min_delay_ms(exc),
+                unreachable=unreachable,
             )
             if dead:
                 self._dead(dead, exc)
@@ -448,11 +453,9 @@ class SyncCoordinator:
 
     def _answered(self) -> None:
         """A request succeeded: if it ends an outage, entries backing off from it are due."""
-        if self._outage:
-            self._outage = False
-            released = self._outbox.end_outage()
-            if released:
-                log.info("gateway answers again: %d outbox entries due now", released)
+        released = self._outage.answered()
+        if released:
+            log.info("gateway answers again: %d outbox entries and actions due now", released)
 
     def push(self) -> int:
         """Push every due outbox entry in batches; returns how many were acknowledged.

@@ -15,7 +15,8 @@ discards them (:meth:`Outbox.requeue_dead`, :meth:`Outbox.discard_dead`).
 
 A nack records whether the gateway could not be reached (``unreachable``) or answered with a
 refusal. Once it answers again, :meth:`Outbox.end_outage` makes the first kind due at once,
-while refused entries keep their backoff (the gateway asked for it).
+while refused entries keep their backoff (the gateway asked for it) — the retry rules the action
+queue follows too (:mod:`._retry`).
 """
 
 from __future__ import annotations
@@ -27,19 +28,10 @@ import msgspec
 
 from ..core.delta import RowDelta
 from ._db import LocalDB
+from ._retry import add_unreachable_column, backoff_ms, release_unreachable
 from ._wire import delta_from_wire, delta_to_wire
 
-__all__ = [
-    "BACKOFF_BASE_MS",
-    "BACKOFF_CAP_MS",
-    "OUTBOX_DDL",
-    "Outbox",
-    "OutboxEntry",
-    "backoff_ms",
-]
-
-BACKOFF_BASE_MS = 1000
-BACKOFF_CAP_MS = 30_000
+__all__ = ["OUTBOX_DDL", "Outbox", "OutboxEntry"]
 
 OUTBOX_DDL = (
     "CREATE TABLE IF NOT EXISTS _lakesync_outbox ("
@@ -53,11 +45,6 @@ OUTBOX_DDL = (
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
-
-
-def backoff_ms(retry_count: int) -> int:
-    """Delay before retry number ``retry_count``: ``min(1000·2^n, 30000)`` ms (no jitter)."""
-    return min(BACKOFF_BASE_MS * (1 << min(max(retry_count, 0), 30)), BACKOFF_CAP_MS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +93,7 @@ class Outbox:
         with self._db.transaction():
             for ddl in OUTBOX_DDL:
                 self._db.exec(ddl)
-            columns = self._db.query_tuples("PRAGMA table_info(_lakesync_outbox)")
-            if "unreachable" not in {c[1] for c in columns}:  # a file of an earlier version
-                self._db.exec(
-                    "ALTER TABLE _lakesync_outbox ADD COLUMN unreachable INTEGER NOT NULL DEFAULT 0"
-                )
+            add_unreachable_column(self._db, "_lakesync_outbox")  # a file of an earlier version
             self._db.exec("UPDATE _lakesync_outbox SET status = 'pending' WHERE status = 'sending'")
 
     def add(self, delta: RowDelta, now_ms: int) -> None:
@@ -245,11 +228,7 @@ class Outbox:
     def end_outage(self) -> int:
         """The gateway answers again: entries backing off because it could not be reached
         become due now (refused ones keep their backoff); returns how many."""
-        with self._db.transaction():
-            return self._db.exec(
-                "UPDATE _lakesync_outbox SET retry_after = 0, unreachable = 0 "
-                "WHERE status = 'pending' AND unreachable = 1"
-            )
+        return release_unreachable(self._db, "_lakesync_outbox")
 
     def requeue_dead(self, ids: Sequence[int] | None = None) -> int:
         """Give dead entries (all, or ``ids``) a fresh start; returns how many."""

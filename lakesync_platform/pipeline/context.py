@@ -62,7 +62,7 @@ def spark_settings(settings: PipelineSettings) -> SparkSettings:
         master=settings.spark_master,
         catalog_uri=settings.catalog_uri,
         warehouse=settings.warehouse,
-        jar_dir=settings.jar_dir,
+        jar_dir=settings.resolved_jar_dir,
         packages=settings.spark_packages,
         s3=S3Access(
             endpoint=settings.object_store.endpoint,

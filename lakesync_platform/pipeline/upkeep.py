@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from ..core.errors import FlushError
@@ -43,6 +42,7 @@ from ..spark.upkeep import (
     expire_table,
 )
 from .context import CheckOutcome, PipelineContext, spark_settings
+from .progress import Step, quiet_step
 
 __all__ = [
     "LakeTable",
@@ -52,13 +52,6 @@ __all__ = [
     "run_expiry",
     "upkeep_policy",
 ]
-
-Step = Callable[[str], AbstractContextManager[None]]
-"""Progress: announces one table's step and times it (``lakesync run`` prints it)."""
-
-
-def _quiet(_what: str) -> AbstractContextManager[None]:
-    return nullcontext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +104,9 @@ def lake_tables(ctx: PipelineContext, gw: str) -> list[LakeTable]:
     return sorted(out, key=lambda t: (t.kind != "log", t.name))
 
 
-def run_compaction(ctx: PipelineContext, gw: str, *, step: Step = _quiet) -> list[CompactionResult]:
+def run_compaction(
+    ctx: PipelineContext, gw: str, *, step: Step = quiet_step
+) -> list[CompactionResult]:
     """Compact every lake table of ``gw``, each under the lake's lock (see the module
     docstring for the change log's watermark)."""
     policy = upkeep_policy(ctx)
@@ -154,7 +149,7 @@ def run_expiry(
     gw: str,
     *,
     now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
-    step: Step = _quiet,
+    step: Step = quiet_step,
 ) -> list[ExpiryResult]:
     """Expire old snapshots and remove orphan files in every lake table of ``gw``, each under
     the lake's lock: no pipeline stage has files in flight while a table's folder is listed."""

@@ -5,6 +5,15 @@ the database lock up front (``BEGIN IMMEDIATE``), reads run on their own connect
 only append to the ``-wal`` file (and fsync it); copying pages back into the database file
 (the checkpoint) runs on a background thread with its own connection
 (:class:`SqliteCheckpointer`), off the commit path.
+
+The ``-wal`` file is reused from its start once a checkpoint has copied all of it, but SQLite
+never shrinks it by itself: after a burst of pushes it kept its largest size (~72 MB, the
+restart threshold's frames and what came in meanwhile) for good. Two things bound it now:
+every connection sets ``journal_size_limit`` (:data:`JOURNAL_SIZE_LIMIT`, the restart
+threshold's size), so the first commit after the log starts over truncates the file to that
+size; and once no write has come for :data:`IDLE_TRUNCATE_S` after a checkpoint, the
+checkpointer truncates a file larger than :data:`IDLE_KEEP_BYTES` to zero
+(``wal_checkpoint(TRUNCATE)``): a burst leaves no large journal behind.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from sqlalchemy import Connection, Engine, event
 
 __all__ = [
     "BATCH_MEMORY",
+    "IDLE_KEEP_BYTES",
+    "IDLE_TRUNCATE_S",
+    "JOURNAL_SIZE_LIMIT",
+    "RESTART_FRAMES",
     "SERVER_MEMORY",
     "SqliteCheckpointer",
     "SqliteMemory",
@@ -47,6 +60,21 @@ BATCH_MEMORY = SqliteMemory(cache_kib=16_384, mmap_bytes=0)
 Every mapped page a run touches counts in its resident memory, so a poll whose appends look up
 rows spread over a large WAL grew with the WAL (a 1%-changed poll of a 1M-row WAL: 639 MB,
 against 122 MB at 100k); read through the OS's cache instead, a run holds what it works on."""
+
+RESTART_FRAMES = 16_384
+"""Frames in the log at which :class:`SqliteCheckpointer` makes it start over (``RESTART``)."""
+JOURNAL_SIZE_LIMIT = RESTART_FRAMES * (4096 + 24)
+"""Bytes of ``-wal`` file SQLite keeps when the log starts over (its ``journal_size_limit``):
+what the log holds when the checkpointer restarts it (4 KiB pages, 24-byte frame headers), so a
+sustained load reuses the file instead of growing it again after every restart — with a 16 MiB
+limit the regrowth (an extending write and its metadata flushed at each commit) cut push
+throughput by about 30% (``benchmarks/bench_wal_journal.py``, at load 7-8). A larger file,
+left by a long reader that kept the log from restarting, is cut back to this at the next
+restart."""
+IDLE_TRUNCATE_S = 5.0
+"""Seconds without a write after which the checkpointer truncates a large ``-wal`` file."""
+IDLE_KEEP_BYTES = 4 * 1024 * 1024
+"""A ``-wal`` file up to this size is left as it is when writes pause."""
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +141,10 @@ class SqliteCheckpointer:
     log could not restart from its beginning; once it holds ``restart_frames`` frames the
     thread takes the writer lock (writers queue for the few milliseconds it takes to copy the
     rest) and runs a ``RESTART`` checkpoint, after which the next commit starts the log over.
+
+    When no write is signalled for ``idle_s`` after a checkpoint and the ``-wal`` file is
+    larger than ``keep_bytes``, the thread truncates it (:meth:`truncate`): a burst of pushes
+    leaves no large journal behind.
     """
 
     def __init__(
@@ -121,12 +153,16 @@ class SqliteCheckpointer:
         writer_lock: SqliteWriterLock,
         *,
         delay_s: float = 0.05,
-        restart_frames: int = 16_384,
+        restart_frames: int = RESTART_FRAMES,
+        idle_s: float = IDLE_TRUNCATE_S,
+        keep_bytes: int = IDLE_KEEP_BYTES,
     ) -> None:
         self._database = database
         self._writer_lock = writer_lock
         self._delay_s = delay_s
         self._restart_frames = restart_frames
+        self._idle_s = idle_s
+        self._keep_bytes = keep_bytes
         self._cond = threading.Condition()
         self._pending = False
         self._closed = False
@@ -160,16 +196,26 @@ class SqliteCheckpointer:
             conn = sqlite3.connect(self._database, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA busy_timeout=2000")
             conn.execute("PRAGMA wal_autocheckpoint=0")
+            idle_at: float | None = None  # when, with no write meanwhile, the log is truncated
             while True:
                 with self._cond:
                     while not self._pending and not self._closed:
-                        self._cond.wait()
+                        wait = None if idle_at is None else idle_at - time.monotonic()
+                        if wait is not None and wait <= 0:
+                            break
+                        self._cond.wait(wait)
                     if not self._pending and self._closed:
                         return
+                    written = self._pending
+                if not written:
+                    idle_at = None
+                    self.truncate(conn)
+                    continue
                 if not self._closed:
                     time.sleep(self._delay_s)
                 self._pending = False
                 self.checkpoint(conn)
+                idle_at = time.monotonic() + self._idle_s
         except Exception as exc:  # never take the gateway down; SQLite checkpoints on close
             log.warning("WAL checkpoint thread stopped: %s", exc)
         finally:
@@ -197,6 +243,29 @@ class SqliteCheckpointer:
                 busy, frames, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
         return int(busy), int(frames), int(done)
 
+    def truncate(self, conn: sqlite3.Connection) -> bool:
+        """Truncate the ``-wal`` file to zero bytes if it is larger than ``keep_bytes``;
+        returns whether it was.
+
+        A ``TRUNCATE`` checkpoint under the writer lock, which it holds only as long as
+        copying what is left takes (nothing, after the last checkpoint): it does not wait for
+        readers (busy timeout 0) and leaves the file for the next idle spell when one still
+        reads from the log.
+        """
+        try:
+            size = os.path.getsize(self._database + "-wal")
+        except FileNotFoundError:
+            return False
+        if size <= self._keep_bytes:
+            return False
+        with self._writer_lock:
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute("PRAGMA busy_timeout=2000")
+        return not busy
+
 
 def configure_sqlite(
     engine: Engine,
@@ -204,9 +273,11 @@ def configure_sqlite(
     immediate: bool,
     synchronous: str = "FULL",
     memory: SqliteMemory = SERVER_MEMORY,
+    journal_size_limit: int = JOURNAL_SIZE_LIMIT,
 ) -> None:
     """WAL journal, fsync on commit (``FULL``), busy timeout, explicit transaction control, the
-    page cache and memory map of ``memory``.
+    page cache and memory map of ``memory``, a ``-wal`` file truncated to
+    ``journal_size_limit`` bytes when the log starts over.
 
     No automatic checkpoints: :class:`SqliteCheckpointer` runs them in the background.
     """
@@ -223,6 +294,7 @@ def configure_sqlite(
         cur.execute(f"PRAGMA mmap_size={int(memory.mmap_bytes)}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA wal_autocheckpoint=0")
+        cur.execute(f"PRAGMA journal_size_limit={int(journal_size_limit)}")
         # Statement journals (a multi-row INSERT may have to undo itself) in memory, not in a
         # temporary file: one write syscall per touched page otherwise.
         cur.execute("PRAGMA temp_store=MEMORY")

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from lakesync_platform.client import GatewayConfig, LakeSyncClient, create_client
+from lakesync_platform.client import (
+    ActionQueue,
+    GatewayConfig,
+    LakeSyncClient,
+    LocalDB,
+    create_client,
+)
 from lakesync_platform.core.actions import ActionErrorResult, ActionResult
+from lakesync_platform.core.hlc import HLC
 from lakesync_platform.testing import GatewayProcess, ManualClock, free_port
 from tests.action_kit import GW, Hook, serve_hook, start
 from tests.helpers import token
@@ -89,7 +96,9 @@ def test_offline_actions_wait_in_the_local_database(hook: Hook, tmp_path: Path) 
             is None
         )
         [queued] = client.pending_actions()
-    # The client restarts, the gateway comes up: the next sync sends the action, once.
+        assert queued.retry_after > clock()  # backing off: the gateway could not be reached
+    # The client restarts, the gateway comes up: the next sync sends the action, once — at
+    # once, as the outbox's entries, since the outage it backed off from is over.
     with (
         start(tmp_path / "gw", hook, port=port),
         open_client(f"http://127.0.0.1:{port}", path, clock) as client,
@@ -97,11 +106,42 @@ def test_offline_actions_wait_in_the_local_database(hook: Hook, tmp_path: Path) 
         assert [e.action for e in client.pending_actions()] == [queued.action]
         done: list[str] = []
         client.on_action_complete(lambda aid, _: done.append(aid))
-        clock.advance(5_000)
-        client.sync_once()
+        # An action the gateway refuses for now (the hook answers 503 once): an answer, so the
+        # outage is over, but this one keeps its backoff.
+        assert client.execute_action("flaky", "notify", {"text": "later"}) is None
+        client.sync_once()  # no clock advance
         assert done == [queued.action.action_id]
         result = client.action_result(queued.action.action_id)
         assert isinstance(result, ActionResult)
         assert result.data["params"] == {"text": "offline"}
+        [refused] = client.pending_actions()
+        assert refused.action.connector == "flaky" and refused.retry_after > clock()
         client.sync_once()
+        assert hook.count("/flaky", refused.action.action_id) == 1
     assert hook.count("/ok", "off") == 1
+
+
+def test_an_actions_table_of_an_earlier_version_gains_the_unreachable_column(
+    tmp_path: Path,
+) -> None:
+    db = LocalDB.open(tmp_path / "old.db")
+    try:
+        db.exec(  # the table as earlier versions created it
+            "CREATE TABLE _lakesync_actions ("
+            "id INTEGER PRIMARY KEY AUTOINCREMENT, action_id TEXT NOT NULL UNIQUE, "
+            "hlc INTEGER NOT NULL, action BLOB NOT NULL, "
+            "status TEXT NOT NULL DEFAULT 'pending', retry_count INTEGER NOT NULL DEFAULT 0, "
+            "retry_after INTEGER NOT NULL DEFAULT 0, created_at INTEGER NOT NULL, result BLOB, "
+            "last_error TEXT)"
+        )
+        db.exec(
+            "INSERT INTO _lakesync_actions (action_id, hlc, action, retry_after, created_at) "
+            "VALUES ('a1', 1, x'7b7d', 5000, 0)"
+        )
+        ActionQueue.create(db)
+        queue = ActionQueue(db, HLC(lambda: 0), CLIENT, lambda: 0)
+        assert queue.end_outage() == 0  # an old entry's backoff cause is unknown: it stands
+        rows = db.query_tuples("SELECT retry_after, unreachable FROM _lakesync_actions")
+        assert rows == [(5000, 0)]
+    finally:
+        db.close()

@@ -3,9 +3,15 @@ role is the contract suite of ``test_destination_contract.py``)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
+
 from lakesync_platform.adapters.sql import SqlAdapter
 from lakesync_platform.core.delta import DELETE, ColumnDelta, RowDelta
+from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.ids import delta_id
+from lakesync_platform.core.schema import parse_table_schema
 
 
 def _delta(op: str, row: str, hlc: int, client: str = "a", **cols: object) -> RowDelta:
@@ -34,5 +40,29 @@ def test_delta_log_role(dest_url: str) -> None:
         assert adapter.latest_state("todos", "r1") == {"title": "b", "done": True}
         assert adapter.latest_state("todos", "r2") is None
         assert adapter.latest_state("todos", "r3") is None
+    finally:
+        adapter.close()
+
+
+def test_a_constraint_the_bulk_upsert_violates_is_an_adapter_error(dest_url: str) -> None:
+    """Bulk upserts run on the driver's own cursor: its errors are translated as well."""
+    schema = parse_table_schema(
+        {"table": "todos", "columns": [{"name": "title", "type": "string"}]}
+    )
+    adapter = SqlAdapter.connect(dest_url)
+    try:
+        adapter.ensure_table(schema)
+        with adapter.transaction() as conn:
+            conn.exec_driver_sql(
+                "CREATE TRIGGER no_bad BEFORE INSERT ON todos WHEN NEW.title = 'bad' "
+                "BEGIN SELECT RAISE(ABORT, 'no bad titles'); END"
+                if adapter.dialect.name == "sqlite"
+                else "ALTER TABLE todos ADD CONSTRAINT no_bad CHECK (title <> 'bad')"
+            )
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        rows = [("r1", "fine"), ("r2", "bad")]
+        with pytest.raises(AdapterError, match="destination failed"), adapter.transaction() as conn:
+            adapter.upsert_rows(conn, schema, rows, now)
+        assert adapter.read_rows("todos") == []
     finally:
         adapter.close()

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 from lakesync_platform.cli.run import dev, run, setup
 from lakesync_platform.install.jars import pinned_jars
 from lakesync_platform.pipeline.lock import FileLakeLock
-from lakesync_platform.settings import DataLayout
+from lakesync_platform.settings import ENV_JAR_DIR, DataLayout
+from lakesync_platform.testing import free_port
 from lakesync_platform.wal.store import WriteAheadLog
 
 from .conftest import Pusher
@@ -259,3 +260,22 @@ def test_dev_on_a_taken_port_says_which_and_by_what(tmp_path: Path) -> None:
     assert f"Error: port {port} is already in use by pid {os.getpid()} (" in result.output
     assert "--gateway-port" in result.output and len(result.output.strip().splitlines()) == 1
     assert not data.exists()
+
+
+def test_dev_checks_the_jars_in_lakesync_jar_dir(tmp_path: Path) -> None:
+    jars = Path(__file__).resolve().parents[2] / "data" / "jars"  # filled by scripts/setup.sh
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "dagster").write_text("")  # where Dagster's home should be: the stack cannot start
+    result = CliRunner().invoke(
+        dev,
+        [
+            *("--data-dir", str(data), "--clients", "0"),
+            *("--gateway-port", str(free_port()), "--dagster-port", str(free_port())),
+        ],
+        env={ENV_JAR_DIR: str(jars)},
+    )
+    assert result.exit_code == 1, result.output
+    assert f"jars      {len(pinned_jars()) + 1} in {jars}\n" in result.output
+    assert "error: [Errno 17] File exists" in result.output and "stopped" in result.output
+    assert sorted(p.name for p in data.iterdir()) == ["dagster"]  # no jars/ of its own

@@ -131,12 +131,11 @@ def _launch_sync_run(port: int) -> str:
 def test_lakesync_dev_serves_the_assets_and_stops_everything_on_sigterm(tmp_path: Path) -> None:
     data = tmp_path / "data"
     (data / "dagster").mkdir(parents=True)
-    if (REPO / "data" / "jars").is_dir():  # filled by scripts/setup.sh; else dev fills its own
-        (data / "jars").symlink_to((REPO / "data" / "jars").resolve())
     leftover = _seed_leftover_run(data / "dagster")
     dagster_port = free_port()
     out = tmp_path / "dev.out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LAKESYNC_", "DAGSTER_"))}
+    env["LAKESYNC_JAR_DIR"] = "data/jars"  # relative to the repository, filled by setup.sh
     with out.open("wb") as sink:
         proc = subprocess.Popen(
             [
@@ -166,6 +165,7 @@ def test_lakesync_dev_serves_the_assets_and_stops_everything_on_sigterm(tmp_path
         )
         descendants = _descendants(proc.pid)
         assert _statuses(data / "dagster", [run_id])[run_id] == "STARTED"
+        assert not (data / "jars").exists()  # the run's session loads LAKESYNC_JAR_DIR's
 
         signaled = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -136,6 +136,33 @@ def test_first_load_then_upserts_and_soft_deletes(destination: Any) -> None:
     assert back["r3"]["meta"] == "s" and back["r3"]["deleted_at"] is not None
 
 
+def test_read_back_in_batches_of_row_ids(destination: Any) -> None:
+    """What ``lakesync migrate`` streams: every row once, in ``row_id`` order, batches of at
+    most the size asked for, values as :meth:`read_back` gives them."""
+    schema = parse_table_schema(
+        {
+            "table": "pages",
+            "columns": [{"name": "n", "type": "number"}, {"name": "meta", "type": "json"}],
+        }
+    )
+    destination.ensure_table(schema)
+    ids = [f"r{i}" for i in (3, 10, 1, 7, 2, 5, 0)]  # string order: r0 r1 r10 r2 r3 r5 r7
+    with destination.transaction() as conn:
+        rows = [(r, float(i), json.dumps({"i": i})) for i, r in enumerate(ids)]
+        destination.upsert_arrow(conn, schema, _arrow(["row_id", "n", "meta"], rows), FIRST)
+        destination.delete_rows(conn, schema, ["r2"], FIRST)
+    batches = list(destination.read_back_batches(schema, 3))
+    assert [[r["row_id"] for r in b] for b in batches] == [
+        ["r0", "r1", "r10"],
+        ["r2", "r3", "r5"],
+        ["r7"],
+    ]
+    by_id = {r["row_id"]: r for r in destination.read_back(schema)}
+    assert [r for b in batches for r in b] == [by_id[r] for r in sorted(by_id)]
+    assert by_id["r10"]["meta"] == {"i": 1} and by_id["r2"]["deleted_at"] is not None
+    assert [len(b) for b in destination.read_back_batches(schema, 7)] == [7]  # none empty
+
+
 def test_delete_many_ids(destination: Any) -> None:
     """A delete of more ids than one statement binds (SQL: chunks; BigQuery: a stage table)."""
     schema = parse_table_schema({"table": "bulk", "columns": [{"name": "v", "type": "string"}]})

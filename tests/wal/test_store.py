@@ -15,6 +15,7 @@ from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal import tables
+from lakesync_platform.wal.sqlite import JOURNAL_SIZE_LIMIT, SqliteCheckpointer, SqliteWriterLock
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import make_delta
 from tests.wal.conftest import BASE_MS
@@ -35,6 +36,11 @@ def test_sqlite_runs_in_wal_journal_mode_with_full_sync(tmp_path: Path) -> None:
     with wal.write() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+    # the first commit after the log starts over truncates the -wal file to this size
+    for connect in (wal.write, wal.read, wal._bookkeeping):
+        with connect() as conn:
+            limit = conn.exec_driver_sql("PRAGMA journal_size_limit").scalar()
+            assert limit == JOURNAL_SIZE_LIMIT
     wal.close()
 
 
@@ -130,6 +136,38 @@ def test_sqlite_checkpoint_catches_up_before_it_restarts_under_the_lock(tmp_path
     finally:
         raw.close()
     assert wal.stats("gw").row_count == 4510
+    wal.close()
+
+
+def test_sqlite_journal_left_large_by_a_burst_is_truncated_once_writes_pause(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "wal.db"
+    journal = Path(f"{path}-wal")
+    wal = WriteAheadLog.open(f"sqlite:///{path}")
+    assert wal._checkpointer is not None
+    wal._checkpointer.close()  # this test's own checkpointer watches the file instead
+    ckpt = SqliteCheckpointer(
+        str(path), SqliteWriterLock(str(path)), idle_s=0.05, keep_bytes=400_000
+    )
+    try:
+        _push_rows(wal, "gw", 0, 2000)  # ~1 MB of journal
+        assert journal.stat().st_size > 1_000_000
+        ckpt.notify()
+        deadline = time.monotonic() + 20  # waited for, not timed
+        while journal.stat().st_size > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert journal.stat().st_size == 0
+        # a small journal is left alone; writes go on as before
+        _push_rows(wal, "gw", 2000, 10)
+        size = journal.stat().st_size
+        assert 0 < size <= 400_000
+        ckpt.notify()
+        time.sleep(0.3)  # a checkpoint and an idle spell later
+        assert journal.stat().st_size == size
+    finally:
+        ckpt.close()
+    assert wal.stats("gw").row_count == 2010
     wal.close()
 
 
