@@ -57,6 +57,7 @@ __all__ = [
     "GatewayProcess",
     "ManualClock",
     "S3Server",
+    "Served",
     "demo_declarations_yaml",
     "demo_todos_schema",
     "dev_token",
@@ -143,7 +144,7 @@ class ManualClock:
             self.now_ms = now_ms
 
 
-class _Served:
+class Served:
     """A process a test serves from: ``with`` starts it (unless started) and stops it."""
 
     proc: subprocess.Popen[bytes] | None
@@ -169,7 +170,7 @@ class _Served:
 
 
 @dataclass
-class GatewayProcess(_Served):
+class GatewayProcess(Served):
     """``lakesync gateway`` in a subprocess on a free port of 127.0.0.1.
 
     ``secret`` signs and checks tokens (``None``: ``--no-auth``, local development only).
@@ -315,7 +316,7 @@ def stop_group(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
         proc.wait(10)
 
 
-class S3Server(_Served):
+class S3Server(Served):
     """moto's S3 server (``python -m moto.server``, from ``moto[server]``) on a free loopback
     port: a real S3 wire protocol for Spark's and pyiceberg's S3 clients, state in memory."""
 
@@ -398,7 +399,7 @@ def bqemulator_path() -> Path:
 
 
 @dataclass
-class BigQueryEmulator(_Served):
+class BigQueryEmulator(Served):
     """The BigQuery emulator (``bqemulator``) on free ports of 127.0.0.1, in memory.
 
     ``endpoint`` is what a client's ``api_endpoint`` (or a destination's ``endpoint``) takes.

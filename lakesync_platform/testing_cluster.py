@@ -30,7 +30,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
-from .testing import _Served, free_port, stop_group
+from .testing import Served, free_port, stop_group
 
 __all__ = [
     "MASTER_CLASS",
@@ -94,7 +94,7 @@ def _wait(what: str, ready: Any, proc: subprocess.Popen[bytes], log: Path, timeo
 
 
 @dataclass
-class SparkMaster(_Served):
+class SparkMaster(Served):
     """A Spark standalone master on ``host`` (``spark://host:port``, web UI and ``/json/`` on
     ``webui_port``); its log goes to ``log_dir``."""
 
@@ -157,7 +157,7 @@ def can_hide_paths() -> bool:
 
 
 @dataclass
-class SparkWorker(_Served):
+class SparkWorker(Served):
     """A Spark standalone worker of ``master`` with ``cores`` and ``memory`` for executors.
 
     Executors run in ``work_dir`` (their own copies of the application's jars, fetched from
@@ -233,7 +233,7 @@ class SparkWorker(_Served):
 
 
 @dataclass
-class LoadBalancer(_Served):
+class LoadBalancer(Served):
     """HAProxy with ``config`` (the repository's ``deploy/haproxy.cfg``) in front of the
     ``gateways`` (``host:port`` each, at most four), on a free port of 127.0.0.1.
 
