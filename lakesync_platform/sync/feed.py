@@ -198,7 +198,7 @@ class BroadcastFeed:
     # ------------------------------------------------------------------ sessions
 
     async def add(self, session: FeedSession) -> None:
-        """Feed ``session`` from its cursor after every later commit of its gateway."""
+        """Feed ``session`` from its cursor now and after every later commit of its gateway."""
         gw = session.gw
         if gw not in self._gateways:
             head = await self._offload(self._sync.head, gw)
@@ -206,6 +206,11 @@ class BroadcastFeed:
                 self._gateways[gw] = _Gateway(head)
         g = self._gateways[gw]
         g.sessions.add(session)
+        # Fed from its cursor at once: a commit the fan-out passed over while this session was
+        # being opened (its socket accepted, its cursor read) would otherwise reach it only
+        # with the next commit; and a client that comes back behind gets its rows now.
+        g.due.add(session)
+        g.wake.set()
         if g.task is None or g.task.done():
             g.task = asyncio.create_task(self._fan_out(gw, g), name=f"lakesync-feed-{gw}")
         if self._watcher is None or self._watcher.done():

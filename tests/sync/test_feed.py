@@ -93,11 +93,16 @@ class Offload:
         self.calls: collections.Counter[str] = collections.Counter()
         self.hold: dict[str, asyncio.Event] = {}
         self.holding: dict[str, asyncio.Event] = {}
+        self.running = 0
 
     async def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         name = getattr(fn, "__name__", "?")
         self.calls[name] += 1
-        result = await asyncio.to_thread(fn, *args, **kwargs)
+        self.running += 1
+        try:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        finally:
+            self.running -= 1
         gate = self.hold.get(name)
         if gate is not None:
             self.holding.setdefault(name, asyncio.Event()).set()
@@ -145,7 +150,19 @@ class Gateway:
         claims = {"sub": sub or client_id}
         session = await self.realtime.open(socket, self.gw, client_id, claims, any_client_id=admin)
         self.served.append(asyncio.create_task(self.realtime.serve(session)))
+        await self.settled()  # the new session was fed from its cursor
         return session, socket
+
+    async def settled(self) -> None:
+        """Wait until the feed has fed every session it owes a page (those just connected
+        included) and is idle."""
+        feed = self.realtime.feed
+        await until(
+            lambda: (
+                self.offload.running == 0
+                and all(not g.wake.is_set() and not g.due for g in feed._gateways.values())
+            )
+        )
 
     def write(self, client_id: str, row_id: str, title: str, owner: str = "") -> None:
         """Push one row and tell the feed, as the push route does."""
@@ -179,13 +196,18 @@ def test_one_commit_cuts_one_page_for_every_session_at_its_cursor(gw: str) -> No
     async def scenario() -> None:
         g = Gateway(gw)
         sockets = [(await g.connect(f"c{i}"))[1] for i in range(50)]
+        assert all(not s.sent for s in sockets)  # each was fed from its cursor: nothing yet
+        calls = g.offload.calls["feed_pages"]
         g.write("w", "r1", "one")
         await until(lambda: all(s.broadcasts() for s in sockets))
-        assert g.offload.calls["feed_pages"] == 1  # one worker-thread call cut the pages of all 50
+        await g.settled()
+        # one worker-thread call cut the pages of all 50
+        assert g.offload.calls["feed_pages"] - calls == 1
         assert all(s.sent[0] is sockets[0].sent[0] for s in sockets)  # one page, one encoding
         g.write("w", "r2", "two")
         await until(lambda: all(len(s.broadcasts()) == 2 for s in sockets))
-        assert g.offload.calls["feed_pages"] == 2
+        await g.settled()
+        assert g.offload.calls["feed_pages"] - calls == 2
         assert all(s.broadcasts() == [[("r1", "one")], [("r2", "two")]] for s in sockets)
         await g.close()
 
@@ -277,6 +299,48 @@ def test_a_session_too_far_behind_is_closed_with_1013_and_holds_no_one_back(gw: 
         await until(lambda: slow.closed_with is not None)
         assert slow.closed_with == (1013, "Too far behind: reconnect and pull")
         assert len(slow.broadcasts()) < 6
+        await g.close()
+
+    run(scenario)
+
+
+def test_a_session_opened_while_a_commit_is_fed_gets_it_without_another_commit(
+    gw: str,
+) -> None:
+    """The socket is accepted before its session joins the feed (its cursor is read on a
+    worker thread meanwhile); a commit fed in that gap reaches it all the same."""
+
+    async def scenario() -> None:
+        g = Gateway(gw)
+        _, other = await g.connect("other")
+        g.offload.hold["last_pulled_since"] = opened = asyncio.Event()
+        late = MemorySocket()
+        assert g.realtime.admit()
+        claims = {"sub": "late"}
+        opening = asyncio.create_task(
+            g.realtime.open(late, gw, "late", claims, any_client_id=False)
+        )
+        await until(lambda: "last_pulled_since" in g.offload.holding)  # its cursor was read
+        g.write("w", "r1", "one")
+        await until(lambda: other.broadcasts() == [[("r1", "one")]])  # that commit's pass ran
+        opened.set()
+        session = await opening
+        g.served.append(asyncio.create_task(g.realtime.serve(session)))
+        await until(lambda: late.broadcasts() == [[("r1", "one")]], timeout=2.0)
+        await g.close()
+
+    run(scenario)
+
+
+def test_a_client_that_comes_back_behind_is_fed_its_rows_on_connecting(gw: str) -> None:
+    async def scenario() -> None:
+        g = Gateway(gw)
+        g.write("w", "r1", "one")
+        g.write("w", "r2", "two")
+        _, s = await g.connect("back")  # never pulled: its cursor is the log's start
+        await until(
+            lambda: [r for f in s.broadcasts() for r in f] == [("r1", "one"), ("r2", "two")]
+        )
         await g.close()
 
     run(scenario)
