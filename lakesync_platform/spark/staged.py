@@ -17,8 +17,10 @@ lake table's folder holds these). Iceberg's rename moves no file, and the next s
 gets a fresh folder, so no two tables ever share one. :meth:`StagedSwap.sweep` deletes every
 generation folder of the table that neither it nor its staging table uses: the files of a
 staging table whose run died before its commit, and of a drop that died before its folder
-was deleted. The warehouse holds one generation per table between runs, two
-during one — however many runs there were.
+was deleted; and the folders ``<namespace>/<table>`` and ``<namespace>/<table>__staging``
+where a release before generations kept these tables (and leaked the staging table's files,
+dropped without ``PURGE``), once no table uses them. The warehouse holds one generation per
+table between runs, two during one — however many runs there were.
 
 **Crash points.** A run can die anywhere; the next run finds the staging table and
 :meth:`StagedSwap.staged` tells it which case it is in:
@@ -159,8 +161,9 @@ class StagedSwap:
 
     def sweep(self) -> int:
         """Delete the generation folders of this table that neither it nor its staging table
-        uses; return how many went. A no-op until the table or its staging table exists (the
-        lake's file I/O is reached through one of them)."""
+        uses (and an earlier release's folders of them); return how many generations went.
+        A no-op until the table or its staging table exists (the lake's file I/O is reached
+        through one of them)."""
         live = [t for t in (self.target, self.staging) if table_exists(self.spark, t)]
         if not live:
             return 0
@@ -172,15 +175,24 @@ class StagedSwap:
         stray = sorted(gen for gen in folders if gen not in keep)
         for gen in stray:
             io.deletePrefix(folders[gen])
+        in_use = {_normalized(str(t.location()).rstrip("/")) for t in tables}
+        for legacy in (self.name, self.name + "__staging"):
+            folder = f"{self._namespace_folder()}/{legacy}"
+            if _normalized(folder) not in in_use:  # a release before generations left it
+                io.deletePrefix(folder + "/")
         return len(stray)
 
-    def _generations(self) -> str:
-        """``<namespace folder>/_ls-tables/<name>`` (the namespace's folder asked once)."""
+    def _namespace_folder(self) -> str:
+        """The namespace's folder (asked once)."""
         if self._ns_location is None:
             rows = self.spark.sql(f"DESCRIBE NAMESPACE {namespace(self.gw)}").collect()
             info = {str(r["info_name"]): str(r["info_value"]) for r in rows}
             self._ns_location = info["Location"].rstrip("/")
-        return f"{self._ns_location}/{GENERATIONS}/{self.name}"
+        return self._ns_location
+
+    def _generations(self) -> str:
+        """``<namespace folder>/_ls-tables/<name>``."""
+        return f"{self._namespace_folder()}/{GENERATIONS}/{self.name}"
 
 
 def _generation_folders(io: Any, root: str) -> dict[str, str]:
