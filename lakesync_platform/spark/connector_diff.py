@@ -22,7 +22,8 @@ staging (no rows written) is discarded. See :mod:`.staged` for the other crash p
 
 **Reading the source.** A table whose row id is an integer is read in ranges of the id
 (Spark's ``partitionColumn``: one query per range, run in parallel, bounds from ``MIN`` and
-``MAX`` of the id) when it spans at least two ranges of ``_ROWS_PER_READ`` ids; a query, or a
+``MAX`` of the id, at most as many ranges as Spark's default parallelism) when it spans at
+least two ranges of ``rows_per_read`` ids (default 100 000); a query, or a
 row id of another type, is read by one query. Ranges are separate queries, so a row whose id
 changes during the read may be missed or seen twice under its two ids for one poll; the next
 poll corrects it.
@@ -86,6 +87,7 @@ class SnapshotDiff:
     gw: str
     connector: str
     fetch_size: int = 10_000
+    rows_per_read: int = _ROWS_PER_READ
     seconds: dict[str, float] = field(default_factory=dict)
     _swap: StagedSwap | None = field(default=None, repr=False)
 
@@ -203,7 +205,9 @@ class SnapshotDiff:
         if bounds["lo"] is None:
             return None
         low, high = int(bounds["lo"]), int(bounds["hi"])
-        parts = min(self.spark.sparkContext.defaultParallelism, (high - low + 1) // _ROWS_PER_READ)
+        parts = min(
+            self.spark.sparkContext.defaultParallelism, (high - low + 1) // self.rows_per_read
+        )
         return (low, high, parts) if parts >= 2 else None
 
     def stage(self) -> int:
