@@ -8,7 +8,8 @@ the rows changed at the source (one column and the cursor column), the **increme
 (``lakesync_platform.pipeline.connectors.run_connector``, as ``lakesync run connector``
 does), so its figures are its own: wall time, records read, WAL entries appended, records/s,
 and the peak RSS of the poll's Python process (``ru_maxrss``; the Spark JVM of the ``diff``
-strategy is a separate process, its peak is reported beside it as ``jvm_peak_mb``). The
+strategy is a separate process, its peak is reported beside it as ``jvm_peak_mb``; its steps'
+seconds — recover, stage, compare, promote — as ``steps``). The
 embedded SQLite WAL maps its file into memory (``mmap_size`` 1 GiB) and keeps a page cache per
 connection, so ``ru_maxrss`` grows with the WAL's size; ``anon_peak_mb`` — the largest
 anonymous (heap) RSS sampled every 20 ms — is what the poll itself holds.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import resource
@@ -85,6 +87,17 @@ def _child(args: argparse.Namespace) -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    steps: dict[str, float] = {}
+
+    class _Steps(logging.Handler):  # the diff's per-step timings (its log records)
+        def emit(self, record: logging.LogRecord) -> None:
+            step = getattr(record, "diff_step", None)
+            if step is not None:
+                steps[step] = round(steps.get(step, 0.0) + float(getattr(record, "seconds", 0)), 2)
+
+    diff_log = logging.getLogger("lakesync_platform.spark.connector_diff")
+    diff_log.setLevel(logging.INFO)
+    diff_log.addHandler(_Steps())
     started = time.perf_counter()
     report = run_connector(ctx, GW, args.child)
     seconds = time.perf_counter() - started
@@ -110,6 +123,7 @@ def _child(args: argparse.Namespace) -> None:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "anon_peak_mb": round(anon_peak[0] / 1024, 1),
         "jvm_peak_mb": None if jvm_peak is None else round(jvm_peak, 1),
+        "steps": steps,
     }
     print(json.dumps(out))
 
@@ -339,6 +353,11 @@ def _sql(args: argparse.Namespace, summary: dict[str, Any]) -> list[dict[str, An
     headers = ["rows", "strategy", "poll", "s", "records", "deltas", "rec/s", "rss MB", "anon MB",
                "jvm MB"]  # fmt: skip
     print(table(headers, rows))
+    for r in results:
+        for phase, p in (("initial", r["initial"]), ("1% changed", r["incremental"])):
+            if p.get("steps"):
+                spent = ", ".join(f"{k} {v} s" for k, v in p["steps"].items())
+                log(f"{r['size']:,} rows {r['strategy']} {phase}: {spent}")
     by = {(r["size"], r["strategy"]): r for r in results}
     sizes = sorted({r["size"] for r in results})
     if len(sizes) > 1:
