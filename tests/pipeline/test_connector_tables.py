@@ -272,6 +272,14 @@ def test_diff_reads_an_integer_row_id_in_ranges_and_takes_over_an_earlier_releas
     assert _warehouse(lake_dir, gw)[2] == {GENERATIONS}  # the old folders gone
     assert run_connector(ctx, gw, "shop", clock=lambda: NOW_MS + 1).deltas == {}
 
+    # An emptied source stages a commit of no rows: a run killed after it counts as one that
+    # may have sent changes (every row a delete), not as one killed while staging.
+    _sql(source, "DELETE FROM items")
+    emptied = SnapshotDiff(ctx.spark, jdbc_source(postgres_url), spec, gw, "shop")
+    assert emptied.stage() == 0
+    staged = emptied.tables.staged()
+    assert staged is not None and staged.records == 0
+
 
 def test_census_known_ids_are_swapped_in_recovered_and_kept_to_one_generation(
     ctx: PipelineContext, wal_url: str, gw: str, lake_dir: Path
