@@ -8,7 +8,9 @@ the rows changed at the source (one column and the cursor column), the **increme
 (``lakesync_platform.pipeline.connectors.run_connector``, as ``lakesync run connector``
 does), so its figures are its own: wall time, records read, WAL entries appended, records/s,
 and the peak RSS of the poll's Python process (``ru_maxrss``; the Spark JVM of the ``diff``
-strategy is a separate process, its peak is reported beside it as ``jvm_peak_mb``). The
+strategy is a separate process, its peak and CPU seconds are reported beside it as
+``jvm_peak_mb`` and ``jvm_cpu_s``; its steps' seconds — recover, stage, compare, promote — as
+``steps``). The
 embedded SQLite WAL maps its file into memory (``mmap_size`` 1 GiB) and keeps a page cache per
 connection, so ``ru_maxrss`` grows with the WAL's size; ``anon_peak_mb`` — the largest
 anonymous (heap) RSS sampled every 20 ms — is what the poll itself holds.
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import platform
 import resource
@@ -85,17 +88,29 @@ def _child(args: argparse.Namespace) -> None:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    steps: dict[str, float] = {}
+
+    class _Steps(logging.Handler):  # the diff's per-step timings (its log records)
+        def emit(self, record: logging.LogRecord) -> None:
+            step = getattr(record, "diff_step", None)
+            if step is not None:
+                steps[step] = round(steps.get(step, 0.0) + float(getattr(record, "seconds", 0)), 2)
+
+    diff_log = logging.getLogger("lakesync_platform.spark.connector_diff")
+    diff_log.setLevel(logging.INFO)
+    diff_log.addHandler(_Steps())
     started = time.perf_counter()
     report = run_connector(ctx, GW, args.child)
     seconds = time.perf_counter() - started
     stop.set()
     sampler.join()
-    jvm_peak = None
+    jvm_peak = jvm_cpu = None
     if ctx._spark is not None:  # the JVM of this run, if one started
         pid = ctx.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 jvm_peak = int(line.split()[1]) / 1024
+        jvm_cpu = _cpu_seconds(pid)  # start-up included: survives the machine's load
     wal.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime
@@ -110,6 +125,8 @@ def _child(args: argparse.Namespace) -> None:
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "anon_peak_mb": round(anon_peak[0] / 1024, 1),
         "jvm_peak_mb": None if jvm_peak is None else round(jvm_peak, 1),
+        "jvm_cpu_s": None if jvm_cpu is None else round(jvm_cpu, 2),
+        "steps": steps,
     }
     print(json.dumps(out))
 
@@ -332,13 +349,19 @@ def _sql(args: argparse.Namespace, summary: dict[str, Any]) -> list[dict[str, An
                 admin.dispose()
     rows = [
         [r["size"], r["strategy"], phase, p["seconds"], p["records"], json.dumps(p["deltas"]),
-         p["records_per_s"], p["peak_rss_mb"], p["anon_peak_mb"], p["jvm_peak_mb"] or "-"]
+         p["records_per_s"], p["cpu_s"], p.get("jvm_cpu_s") or "-", p["peak_rss_mb"],
+         p["anon_peak_mb"], p["jvm_peak_mb"] or "-"]
         for r in results
         for phase, p in (("initial", r["initial"]), ("1% changed", r["incremental"]))
     ]  # fmt: skip
-    headers = ["rows", "strategy", "poll", "s", "records", "deltas", "rec/s", "rss MB", "anon MB",
-               "jvm MB"]  # fmt: skip
+    headers = ["rows", "strategy", "poll", "s", "records", "deltas", "rec/s", "cpu s", "jvm cpu s",
+               "rss MB", "anon MB", "jvm MB"]  # fmt: skip
     print(table(headers, rows))
+    for r in results:
+        for phase, p in (("initial", r["initial"]), ("1% changed", r["incremental"])):
+            if p.get("steps"):
+                spent = ", ".join(f"{k} {v} s" for k, v in p["steps"].items())
+                log(f"{r['size']:,} rows {r['strategy']} {phase}: {spent}")
     by = {(r["size"], r["strategy"]): r for r in results}
     sizes = sorted({r["size"] for r in results})
     if len(sizes) > 1:

@@ -1,7 +1,10 @@
 """The upkeep stage: compaction, snapshot expiry and orphan removal of a gateway's lake tables.
 
 :func:`run_compaction` and :func:`run_expiry` go through every table in the gateway's namespace
-(the change log, the state tables, anything else there), one table at a time, each holding the
+(the change log, the state tables, anything else there) but the connectors' own
+(:func:`~lakesync_platform.spark.layout.connector_table`: ``diff`` snapshots and census
+known ids, which their connector replaces whole every run, files included — see
+:mod:`lakesync_platform.spark.staged`), one table at a time, each holding the
 lake's lock (:mod:`.lock`) — so flushes and state runs interleave with a long upkeep instead of
 waiting for all of it, and no stage writes a table while upkeep rewrites it or lists its folder.
 The Spark work is :mod:`lakesync_platform.spark.upkeep`; :func:`check_small_files` is the asset
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from ..core.errors import FlushError
 from ..spark.flush import lake_watermark
 from ..spark.history import TableHistory
-from ..spark.layout import CURSOR_COL, DELTAS_TABLE, WAL_TO_PROP, namespace, q
+from ..spark.layout import CURSOR_COL, DELTAS_TABLE, WAL_TO_PROP, connector_table, namespace, q
 from ..spark.upkeep import (
     CompactionResult,
     ExpiryResult,
@@ -79,7 +82,8 @@ def upkeep_policy(ctx: PipelineContext) -> UpkeepPolicy:
 
 
 def lake_tables(ctx: PipelineContext, gw: str) -> list[LakeTable]:
-    """Every table in ``gw``'s namespace, the change log first (none before its first flush)."""
+    """Every table in ``gw``'s namespace but the connectors' own, the change log first (none
+    before its first flush)."""
     from pyspark.errors import AnalysisException
 
     spark = ctx.spark
@@ -90,9 +94,9 @@ def lake_tables(ctx: PipelineContext, gw: str) -> list[LakeTable]:
         return []
     out = []
     for row in rows:
-        if row["isTemporary"]:
-            continue
         name = str(row["tableName"])
+        if row["isTemporary"] or connector_table(name):
+            continue
         qualified = f"{ns}.{q(name)}"
         if name == DELTAS_TABLE:
             kind = "log"

@@ -5,9 +5,6 @@ The *known* ids of a connector live in an Iceberg table in the gateway's namespa
 WAL cursor they are complete up to. A census (:class:`IdCensus`, a
 :class:`~lakesync_platform.connectors.census.CensusDiffer`):
 
-It is the Spark :class:`~lakesync_platform.connectors.census.CensusDiffer` (the pipeline
-adapts its :class:`IdComparison`):
-
 1. :meth:`~IdCensus.stage` — the sweep's ``(table, row_id)`` pairs, fetched over HTTP on the
    driver, go into a staging table (``…__staging``) in batches, so the driver holds one batch;
 2. :meth:`~IdCensus.compare` — the known ids are the known table plus every id the connector
@@ -20,11 +17,15 @@ adapts its :class:`IdComparison`):
    the known table, ``known-through`` set to the WAL cursor taken before this run's polls
    (ids appended after it are read again next time: a larger known set costs nothing, as
    deleting a row that is not live appends nothing). Catalog operations only, no data
-   rewritten: the staging table gets the property, the old known table is dropped (purged)
-   and the staging table renamed. A run that dies before promoting compares the old known
-   set again; one that dies between the drop and the rename has no known table, and the next
-   census takes every id the connector ever appended (the WAL and the lake hold them all) —
-   larger, never smaller, than the truth.
+   rewritten (:mod:`.staged`): the staging table is marked ready with ``known-through`` in
+   one commit, the old known table dropped with its files, the staging table renamed.
+
+Crash points: a census that dies before the mark leaves a staging table that is not ready;
+the next census drops it and compares the old known set again (the deletes it may have
+appended are ids appended since ``known-through``: known). One that dies after the mark (the
+old table dropped or not) leaves a ready staging table, and the next census finishes the swap
+first. A staging table of an earlier release that carries ``known-through`` was marked by it
+just before its swap: it counts as ready.
 
 Why Spark: like the ``diff`` strategy (:mod:`.connector_diff`), both sides hold every id of
 the source (a million in a large org); Spark joins them spilling to disk.
@@ -38,7 +39,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..core.delta import check_identifier
-from .layout import deltas_table, namespace, q, table_exists
+from .layout import KNOWN_IDS_PREFIX, deltas_table, namespace, q, table_exists
+from .staged import StagedSwap
 from .wal_source import JdbcSource, read_ingested_ids
 
 if TYPE_CHECKING:
@@ -66,8 +68,12 @@ class IdComparison:
 
 def known_ids_table(gw: str, connector: str, suffix: str = "") -> str:
     """The quoted, qualified name of a connector's known ids (or their staging)."""
+    return f"{namespace(gw)}.{q(_known_name(connector) + suffix)}"
+
+
+def _known_name(connector: str) -> str:
     check_identifier(connector, "connector")
-    return f"{namespace(gw)}.{q(f'_ls_known__{connector}{suffix}')}"
+    return f"{KNOWN_IDS_PREFIX}{connector}"
 
 
 @dataclass
@@ -82,26 +88,42 @@ class IdCensus:
     head: int
     batch: int = 50_000
     _known: DataFrame | None = None
+    _swap: StagedSwap | None = None
+
+    @property
+    def tables(self) -> StagedSwap:
+        """The known table and its staging table."""
+        if self._swap is None:
+            self._swap = StagedSwap(self.spark, self.gw, _known_name(self.connector))
+        return self._swap
 
     @property
     def known_table(self) -> str:
         """The known ids."""
-        return known_ids_table(self.gw, self.connector)
+        return self.tables.target
 
     @property
     def staging(self) -> str:
         """This census's sweep."""
-        return known_ids_table(self.gw, self.connector, "__staging")
+        return self.tables.staging
+
+    def recover(self) -> None:
+        """Finish or drop what an earlier census left (module docstring)."""
+        staged = self.tables.staged()
+        if staged is None:
+            return
+        if staged.ready or KNOWN_THROUGH in staged.properties:
+            self.tables.swap()
+        else:
+            self.tables.discard()
 
     def stage(self, ids: Iterable[tuple[str, str]]) -> int:
-        """Write the sweep to the staging table, a batch at a time; return its size."""
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace(self.gw)}")
+        """Recover an earlier census's leftovers, then write the sweep to a new staging
+        table, a batch at a time; return its size."""
+        self.recover()
+        self.tables.create_staging(_SCHEMA)
+        count = 0
         it = iter(ids)
-        first = list(itertools.islice(it, self.batch))
-        self.spark.createDataFrame(first, _SCHEMA).writeTo(self.staging).using(
-            "iceberg"
-        ).createOrReplace()
-        count = len(first)
         while batch := list(itertools.islice(it, self.batch)):
             self.spark.createDataFrame(batch, _SCHEMA).writeTo(self.staging).append()
             count += len(batch)
@@ -144,9 +166,5 @@ class IdCensus:
         if self._known is not None:
             self._known.unpersist()
             self._known = None
-        self.spark.sql(
-            f"ALTER TABLE {self.staging} SET TBLPROPERTIES ('{KNOWN_THROUGH}'='{int(self.head)}')"
-        )
-        self.spark.sql(f"DROP TABLE IF EXISTS {self.known_table} PURGE")
-        name = self.known_table.split(".", 1)[1]  # RENAME TO names the table within the catalog
-        self.spark.sql(f"ALTER TABLE {self.staging} RENAME TO {name}")
+        self.tables.mark_ready({KNOWN_THROUGH: str(int(self.head))})
+        self.tables.swap()

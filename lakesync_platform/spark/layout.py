@@ -15,6 +15,11 @@ In namespace ``lakesync.<gw>``:
 
 ``$`` never occurs in a protocol identifier, so bookkeeping columns cannot collide with user
 columns.
+
+Beside them, the connectors keep tables of their own (:func:`connector_table`): the ``diff``
+strategy's snapshots ``_ls_snapshot__<connector>__<table>`` and the census's known ids
+``_ls_known__<connector>``, each with a ``…__staging`` table during a run, their files under
+``_ls-tables/`` (:mod:`.staged`).
 """
 
 from __future__ import annotations
@@ -36,11 +41,14 @@ __all__ = [
     "DELETE_CLIENT_COL",
     "DELETE_HLC_COL",
     "DELTAS_TABLE",
+    "KNOWN_IDS_PREFIX",
     "LIVE_COL",
+    "SNAPSHOT_PREFIX",
     "SPARK_TYPES",
     "WAL_FROM_PROP",
     "WAL_TO_PROP",
     "client_col",
+    "connector_table",
     "deltas_table",
     "ensure_deltas_table",
     "ensure_state_table",
@@ -64,6 +72,10 @@ LIVE_COL: Final = "_ls$live"
 CURSOR_COL: Final = "_ls$cursor"
 DELETE_HLC_COL: Final = "_ls$delete_hlc"
 DELETE_CLIENT_COL: Final = "_ls$delete_client"
+SNAPSHOT_PREFIX: Final = "_ls_snapshot__"
+"""Name prefix of the ``diff`` strategy's snapshot tables."""
+KNOWN_IDS_PREFIX: Final = "_ls_known__"
+"""Name prefix of the delete census's known-id tables."""
 
 SPARK_TYPES: Final = {
     "string": "string",
@@ -96,6 +108,12 @@ def state_table(gw: str, table: str) -> str:
     if table == DELTAS_TABLE:
         raise ValidationError(f"{DELTAS_TABLE!r} is reserved in the lake")
     return f"{namespace(gw)}.{q(table)}"
+
+
+def connector_table(name: str) -> bool:
+    """Whether lake table ``name`` is a connector's own (a snapshot, known ids, or their
+    staging table): replaced whole by its connector, never compacted or expired by upkeep."""
+    return name.startswith((SNAPSHOT_PREFIX, KNOWN_IDS_PREFIX))
 
 
 def hlc_col(column: str) -> str:
