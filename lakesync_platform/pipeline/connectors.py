@@ -155,6 +155,27 @@ def ensure_columns(service: SyncService, gw: str, wanted: TableSchema) -> None:
 
 
 @dataclass
+class _LakeHold:
+    """The lake's lock (:mod:`.lock`) for the rest of a connector's run, taken the first time
+    the run needs the lake: before a ``diff`` stream's staging table is recovered or written,
+    before a census compares its ids. It keeps two runs of one connector from taking each
+    other's staging table for a dead run's (:mod:`lakesync_platform.spark.staged`), and the
+    run's Iceberg commits from colliding with a stage's on the embedded catalog. Polls that
+    need no lake (``cursor`` tables, incremental HTTP pages) never wait for it."""
+
+    ctx: PipelineContext
+    gw: str
+    stage: str
+    stack: ExitStack
+    held: bool = False
+
+    def __call__(self) -> None:
+        if not self.held:
+            self.stack.enter_context(self.ctx.exclusive(self.stage, self.gw))
+            self.held = True
+
+
+@dataclass
 class _Polled:
     """A connector's streams for one run, and what the run's report learns from its source."""
 
@@ -171,6 +192,7 @@ def _http_source(
     gw: str,
     cfg: ConnectorConfig,
     stack: ExitStack,
+    lake: _LakeHold,
     *,
     clock: Callable[[], int],
     head: int,
@@ -180,6 +202,7 @@ def _http_source(
     env = ctx.settings.env
 
     def differ() -> CensusDiffer:
+        lake()
         wal = jdbc_source(ctx.wal.url)
         return SparkCensus(IdCensus(ctx.spark, gw, cfg.name, wal, head))
 
@@ -221,7 +244,9 @@ def _finish(report: RunReport, census: CensusStream | None, org: SalesforceSourc
         report.stopped = org.stopped
 
 
-def _sql_source(ctx: PipelineContext, gw: str, cfg: ConnectorConfig, stack: ExitStack) -> _Polled:
+def _sql_source(
+    ctx: PipelineContext, gw: str, cfg: ConnectorConfig, stack: ExitStack, lake: _LakeHold
+) -> _Polled:
     """The streams of a SQL connector (``cursor`` on the driver, ``diff`` in Spark)."""
     if cfg.ingest is None:
         raise ValidationError(f'Connector "{cfg.name}" has no ingest.tables to poll')
@@ -236,6 +261,7 @@ def _sql_source(ctx: PipelineContext, gw: str, cfg: ConnectorConfig, stack: Exit
                 stack.callback(engine.dispose)
             streams.append(SqlCursorStream(spec, engine, page_size=chunk))
         else:
+            lake()
             diff = SnapshotDiff(ctx.spark, jdbc_source(sqlalchemy_url(url)), spec, gw, cfg.name)
             streams.append(DiffStream(diff, page_size=chunk))
     return _Polled(streams)
@@ -256,11 +282,12 @@ def run_connector(
     service = SyncService(ctx.wal, clock)
     head = service.head(gw)  # before any poll: the census's known ids are complete up to here
     with ExitStack() as stack:
+        lake = _LakeHold(ctx, gw, f"connector {cfg.name}", stack)
         if cfg.type in SQL_TYPES:
-            polled = _sql_source(ctx, gw, cfg, stack)
+            polled = _sql_source(ctx, gw, cfg, stack, lake)
         elif cfg.type in ("jira", "salesforce"):
             make = sessions or session_factory()
-            polled = _http_source(ctx, gw, cfg, stack, clock=clock, head=head, sessions=make)
+            polled = _http_source(ctx, gw, cfg, stack, lake, clock=clock, head=head, sessions=make)
         else:
             raise ValidationError(f'Connector type "{cfg.type}" is not polled (a pull source)')
         report = run_streams(

@@ -16,6 +16,7 @@ import sqlalchemy
 from lakesync_platform.connectors.model import Page
 from lakesync_platform.connectors.runner import run_streams
 from lakesync_platform.core.connectors import parse_connector_config
+from lakesync_platform.core.errors import FlushError
 from lakesync_platform.pipeline.connectors import DiffStream, run_connector
 from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.pipeline.upkeep import lake_tables
@@ -322,3 +323,44 @@ def test_census_known_ids_are_swapped_in_recovered_and_kept_to_one_generation(
     assert props.collect()[0]["value"] == "16"
     assert len(list((lake_dir / "warehouse" / gw / GENERATIONS / "_ls_known__crm").iterdir())) == 1
     assert _warehouse(lake_dir, gw)[0] == files
+
+
+def test_a_diff_poll_waits_for_the_lakes_lock_and_a_cursor_poll_does_not(
+    ctx: PipelineContext,
+    wal: WriteAheadLog,
+    gw: str,
+    postgres_url: str,
+    source: sqlalchemy.Engine,
+) -> None:
+    """Two runs of one connector must not overlap on its staging table (the second would
+    take the first's for a dead run's), nor its commits collide with a stage's: a ``diff``
+    poll holds the lake's lock; a ``cursor`` poll needs no lake and never waits for it."""
+    _register(wal, gw, postgres_url)
+    impatient = dataclasses.replace(ctx.settings, lock_timeout_s=0.5)
+    polling = PipelineContext(impatient, spark=ctx.spark, wal=wal)
+    other = PipelineContext(ctx.settings, spark=ctx.spark, wal=wal)  # another process's stage
+    with other.exclusive("flush", gw):
+        with pytest.raises(FlushError, match="connector shop"):
+            run_connector(polling, gw, "shop", clock=lambda: NOW_MS)
+        assert _wal_rows(wal, gw) == {}  # it gave up before reading anything
+        _sql(
+            source,
+            "CREATE TABLE orders (id INT PRIMARY KEY, total INT)",
+            "INSERT INTO orders SELECT i, 10 * i FROM generate_series(1, 3) i",
+        )
+        cursor = {
+            "name": "orders",
+            "type": "postgres",
+            "postgres": {"connectionString": postgres_url},
+            "ingest": {
+                "tables": [
+                    {
+                        "table": "orders",
+                        "strategy": {"type": "cursor", "cursorColumn": "id"},
+                    }
+                ]
+            },
+        }
+        wal.save_connector(gw, parse_connector_config(cursor))
+        assert run_connector(polling, gw, "orders", clock=lambda: NOW_MS).deltas == {"INSERT": 3}
+    assert run_connector(polling, gw, "shop", clock=lambda: NOW_MS + 1).records == 6
