@@ -41,6 +41,8 @@ from ._stamps import (
     NO_STAMP,
     RowStamps,
     Stamp,
+    encode_full_stamps,
+    encode_new_stamps,
     has_stamps,
     load_stamps,
     save_new_stamps,
@@ -218,18 +220,20 @@ def _bound(column: StampedColumns, col_type: str) -> list[Any]:
     return values
 
 
-def _column_stamps(columns: Sequence[StampedColumns], rows: int) -> list[dict[str, Stamp]]:
-    """Each row's column stamps ``{name: (hlc, client)}`` (columns it lacks left out)."""
+def _new_row_stamps(columns: Sequence[StampedColumns], rows: int) -> list[bytes]:
+    """Each new row's stamps blob: its column stamps ``{name: (hlc, client)}`` (columns it
+    lacks left out) and no local delete."""
     names = [c.name for c in columns]
+    if all(0 not in c.hlcs for c in columns):  # every row holds every column
+        hlcs = [c.hlcs for c in columns]
+        return encode_full_stamps(names, hlcs, [c.client_ids for c in columns])
     pairs = [list(zip(c.hlcs, c.client_ids, strict=True)) for c in columns]
-    if all(0 not in c.hlcs for c in columns):  # every row holds every column: zips in C
-        return [dict(zip(names, row, strict=True)) for row in zip(*pairs, strict=True)]
     stamps: list[dict[str, Stamp]] = [{} for _ in range(rows)]
     for name, column in zip(names, pairs, strict=True):
         for cells, stamp in zip(stamps, column, strict=True):
             if stamp[0]:
                 cells[name] = stamp
-    return stamps
+    return encode_new_stamps(stamps)
 
 
 def apply_block(db: LocalDB, registry: SchemaRegistry, block: StampedBlock) -> set[str]:
@@ -268,7 +272,6 @@ def apply_block(db: LocalDB, registry: SchemaRegistry, block: StampedBlock) -> s
         f"ON CONFLICT (_rowId) DO UPDATE SET {updates}",
         list(zip(block.row_ids, *bound, strict=True)),
     )
-    stamps = _column_stamps(columns, len(block))
-    save_new_stamps(db, block.table, block.row_ids, stamps)
+    save_new_stamps(db, block.table, block.row_ids, _new_row_stamps(columns, len(block)))
     changed.add(block.table)
     return changed

@@ -23,6 +23,8 @@ __all__ = [
     "STAMPS_DDL",
     "RowStamps",
     "Stamp",
+    "encode_full_stamps",
+    "encode_new_stamps",
     "has_stamps",
     "load_stamps",
     "save_new_stamps",
@@ -114,16 +116,41 @@ def has_stamps(db: LocalDB, table: str) -> bool:
     return bool(found)
 
 
-def save_new_stamps(
-    db: LocalDB, table: str, row_ids: Sequence[str], columns: Sequence[dict[str, Stamp]]
-) -> None:
-    """Write the stamps of rows new to the client: ``columns[i]`` are row ``i``'s column stamps
-    (no local delete). Each row's stamps are encoded as one ``[columns, delete]`` array, the
-    layout of :meth:`RowStamps.encode`, without building a :class:`RowStamps` per row."""
+def encode_new_stamps(columns: Sequence[dict[str, Stamp]]) -> list[bytes]:
+    """The side table's blobs of rows new to the client: ``columns[i]`` are row ``i``'s column
+    stamps (no local delete), each encoded as :meth:`RowStamps.encode` would, without building
+    a :class:`RowStamps` per row."""
     # One encoder call for all rows (newline-delimited; JSON escapes newlines in strings).
-    blobs = _encoder.encode_lines([(cells, NO_STAMP) for cells in columns]).split(b"\n")
+    return _encoder.encode_lines([(cells, NO_STAMP) for cells in columns]).split(b"\n")[:-1]
+
+
+def encode_full_stamps(
+    names: Sequence[str], hlcs: Sequence[Sequence[int]], clients: Sequence[Sequence[str]]
+) -> list[bytes]:
+    """:func:`encode_new_stamps` for rows that each hold every column of ``names``, given
+    column by column (``hlcs[j][i]``, ``clients[j][i]``: column ``j`` of row ``i``): each
+    column's stamps are encoded in one call, then set into a per-row template of the same
+    bytes — no dict per row (a checkpoint's new rows: about 3× faster than building them)."""
+    if not names:
+        return []
+    keys = [_encoder.encode(name) for name in names]
+    parts = [
+        _encoder.encode_lines(zip(h, c, strict=True)).split(b"\n")[:-1]
+        for h, c in zip(hlcs, clients, strict=True)
+    ]
+    # %-formatting of bytes: braces and quotes are literal, only "%" needs escaping.
+    head = b",".join(key.replace(b"%", b"%%") + b":%b" for key in keys)
+    template = b"[{" + head + b"}," + _encoder.encode(NO_STAMP) + b"]"
+    return [template % row for row in zip(*parts, strict=True)]
+
+
+def save_new_stamps(
+    db: LocalDB, table: str, row_ids: Sequence[str], blobs: Sequence[bytes]
+) -> None:
+    """Write the stamps of rows new to the client, encoded by :func:`encode_new_stamps` or
+    :func:`encode_full_stamps` (``blobs[i]``: row ``row_ids[i]``'s)."""
     db.exec_many(
         "INSERT INTO _lakesync_stamps (tbl, row_id, stamps) VALUES (?, ?, ?) "
         "ON CONFLICT (tbl, row_id) DO UPDATE SET stamps = excluded.stamps",
-        [(table, row_id, blob) for row_id, blob in zip(row_ids, blobs, strict=False)],
+        [(table, row_id, blob) for row_id, blob in zip(row_ids, blobs, strict=True)],
     )

@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from lakesync_platform.client import LocalDB, SchemaRegistry
 from lakesync_platform.client._applier import apply_rows, plan_row
-from lakesync_platform.client._stamps import STAMPS_DDL, RowStamps, load_stamps
+from lakesync_platform.client._stamps import (
+    STAMPS_DDL,
+    RowStamps,
+    encode_full_stamps,
+    encode_new_stamps,
+    load_stamps,
+)
 from lakesync_platform.client._wire import RemoteColumn, RemoteRow, parse_remote_row
 from lakesync_platform.core.delta import ColumnDelta, RowDelta
 from lakesync_platform.core.merge import RowState, merge_delta
@@ -267,3 +273,31 @@ def test_a_pull_never_replaces_a_newer_unpushed_write(
     _apply(stamps, values, _full(server))
     for c in newer:
         assert values[c] == before[c]
+
+
+_names = st.lists(
+    st.text(st.characters(codec="utf-8"), min_size=1, max_size=8),
+    min_size=1,
+    max_size=5,
+    unique=True,
+)
+
+
+@given(data=st.data(), names=_names, rows=st.integers(min_value=0, max_value=20))
+def test_full_stamps_are_encoded_as_each_rows_stamps_would_be(
+    data: st.DataObject, names: list[str], rows: int
+) -> None:
+    """The column-wise encoding of a checkpoint's new rows gives the side table the bytes
+    :meth:`RowStamps.encode` gives row by row (names with quotes, ``%`` or any character)."""
+    hlcs = [
+        data.draw(st.lists(st.integers(1, 2**63 - 1), min_size=rows, max_size=rows)) for _ in names
+    ]
+    clients = [
+        data.draw(st.lists(st.text(max_size=6), min_size=rows, max_size=rows)) for _ in names
+    ]
+    expected = [
+        RowStamps({n: (hlcs[j][i], clients[j][i]) for j, n in enumerate(names)}).encode()
+        for i in range(rows)
+    ]
+    assert encode_full_stamps(names, hlcs, clients) == expected
+    assert encode_new_stamps([RowStamps.decode(b).columns for b in expected]) == expected
