@@ -40,10 +40,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness.backends import PostgresBackend, SqliteBackend
+from benchmarks.harness.corpus import order_update
 from benchmarks.harness.output import RESULTS, fmt_count, log, table, write_json
-from lakesync_platform.core.delta import ColumnDelta, RowDelta
+from lakesync_platform.core.delta import RowDelta
 from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import delta_id
 from lakesync_platform.pipeline.lifecycle import trim_wal
 from lakesync_platform.settings import RetentionSettings
 from lakesync_platform.sync.service import SyncService
@@ -88,28 +88,7 @@ class Lifecycle(threading.Thread):
 
 
 def _batch(n: int, first: int, pool: int, clock_ms: int) -> list[RowDelta]:
-    out = []
-    for i in range(n):
-        k = first + i
-        hlc = encode(clock_ms, k % 65_536)
-        row = f"o{(k * 7919) % pool}"
-        cols = (
-            ColumnDelta("status", ("new", "packed", "shipped")[k % 3]),
-            ColumnDelta("amount", float(k % 10_000) / 4),
-            ColumnDelta("note", f"change {k}"),
-        )
-        out.append(
-            RowDelta(
-                "UPDATE",
-                "orders",
-                row,
-                "bench",
-                cols,
-                hlc,
-                delta_id("bench", hlc, "orders", row, cols),
-            )
-        )
-    return out
+    return [order_update(k, pool, encode(clock_ms, k % 65_536)) for k in range(first, first + n)]
 
 
 def _counts(wal: WriteAheadLog) -> tuple[int, int]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.corpus import order_update
 from benchmarks.harness.output import RESULTS, log, table, write_json
 
 GW = "bench"
@@ -72,9 +73,8 @@ def _size(path: Path) -> int:
 
 def run_round(args: argparse.Namespace) -> dict[str, Any]:
     """One round in this process, on the product code first on ``sys.path``."""
-    from lakesync_platform.core.delta import ColumnDelta, RowDelta
+    from lakesync_platform.core.delta import RowDelta
     from lakesync_platform.core.hlc import encode
-    from lakesync_platform.core.ids import delta_id
     from lakesync_platform.sync.service import SyncService
     from lakesync_platform.wal.store import WriteAheadLog
 
@@ -91,22 +91,10 @@ def run_round(args: argparse.Namespace) -> dict[str, Any]:
         with lock:
             first = counter[0]
             counter[0] += n
-        out = []
-        for k in range(first, first + n):
-            hlc = encode(START_MS + k // 60_000, k % 60_000)
-            row = f"o{(k * 7919) % args.pool}"
-            cols = (
-                ColumnDelta("status", ("new", "packed", "shipped")[k % 3]),
-                ColumnDelta("amount", float(k % 10_000) / 4),
-                ColumnDelta("note", f"change {k}"),
-            )
-            out.append(
-                RowDelta(
-                    "UPDATE", "orders", row, "bench", cols, hlc,
-                    delta_id("bench", hlc, "orders", row, cols),
-                )
-            )  # fmt: skip
-        return out
+        return [
+            order_update(k, args.pool, encode(START_MS + k // 60_000, k % 60_000))
+            for k in range(first, first + n)
+        ]
 
     stop = threading.Event()
     loading = threading.Event()

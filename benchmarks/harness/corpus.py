@@ -185,3 +185,18 @@ def fill_chunks(total: int, procs: int, chunk: int = 10_000) -> Iterator[list[Ro
         for k in range((total + chunk - 1) // chunk)
     ]
     yield from generate(tasks, procs)
+
+
+def order_update(k: int, pool: int, hlc: int) -> RowDelta:
+    """Update number ``k`` of the ``orders`` rows ``o0`` … ``o{pool - 1}`` (a row chosen by a
+    stride, three columns changed), stamped ``hlc``: the sustained-update load of the WAL
+    benchmarks (``bench_tiering``, ``bench_wal_journal``)."""
+    row = f"o{(k * 7919) % pool}"
+    cols = (
+        ColumnDelta("status", ("new", "packed", "shipped")[k % 3]),
+        ColumnDelta("amount", float(k % 10_000) / 4),
+        ColumnDelta("note", f"change {k}"),
+    )
+    return RowDelta(
+        "UPDATE", TABLE, row, "bench", cols, hlc, delta_id("bench", hlc, TABLE, row, cols)
+    )
