@@ -41,67 +41,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness.cpu import process_cpu
+from benchmarks.harness.items import GW, SCHEMA, seed
 from benchmarks.harness.output import RESULTS, log, write_json
 from benchmarks.harness.snapshot import ROOT
 from lakesync_platform.client import HttpTransport, LakeSyncClient, create_client
-from lakesync_platform.core.delta import ColumnDelta, RowDelta
-from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import delta_id
-from lakesync_platform.core.schema import parse_table_schema
 from lakesync_platform.pipeline.checkpoint import run_checkpoint
 from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.pipeline.flush import run_flush
 from lakesync_platform.pipeline.state import run_state
 from lakesync_platform.settings import PipelineSettings
-from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
-
-GW = "bench"
-SCHEMA = {
-    "table": "items",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "qty", "type": "number"},
-        {"name": "done", "type": "boolean"},
-        {"name": "tags", "type": "json"},
-    ],
-}
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def seed(wal: WriteAheadLog, rows: int) -> None:
-    """``rows`` rows pushed by four writers through the server's write path."""
-    service = SyncService(wal, now_ms)
-    service.save_schema(GW, parse_table_schema(SCHEMA))
-    base = encode(now_ms() - 60_000, 0)
-    batch: list[RowDelta] = []
-    for i in range(rows):
-        cols = (
-            ColumnDelta("title", f"item {i}"),
-            ColumnDelta("qty", i),
-            ColumnDelta("done", i % 2 == 0),
-            ColumnDelta("tags", ["x", i % 7]),
-        )
-        client, hlc, row_id = f"seeder{i % 4}", base + i, f"row{i:07}"
-        batch.append(
-            RowDelta(
-                "INSERT",
-                "items",
-                row_id,
-                client,
-                cols,
-                hlc,
-                delta_id(client, hlc, "items", row_id, cols),
-            )
-        )
-        if len(batch) == 5000 or i == rows - 1:
-            for c in sorted({d.client_id for d in batch}):
-                service.push(GW, c, [d for d in batch if d.client_id == c])
-            batch.clear()
 
 
 class PagingOnly(HttpTransport):
@@ -188,7 +138,7 @@ def main() -> None:
         wal = WriteAheadLog.open(wal_url)
         log(f"seeding {rows} rows")
         t0 = time.perf_counter()
-        seed(wal, rows)
+        seed(wal, rows, register_schema=True)
         seed_s = time.perf_counter() - t0
         env = {**os.environ, "LAKESYNC_JAR_DIR": str(ROOT / "data" / "jars")}
         settings = PipelineSettings.from_env(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.items import GW, SCHEMA, now_ms, seed
 from benchmarks.harness.output import RESULTS, write_json
 from benchmarks.harness.snapshot import ROOT
 from benchmarks.harness.stats import pct
@@ -37,27 +38,9 @@ from lakesync_platform.client import (
     Transport,
     create_client,
 )
-from lakesync_platform.core.delta import ColumnDelta, RowDelta
-from lakesync_platform.core.hlc import encode
-from lakesync_platform.core.ids import delta_id
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
-
-SCHEMA = {
-    "table": "items",
-    "columns": [
-        {"name": "title", "type": "string"},
-        {"name": "qty", "type": "number"},
-        {"name": "done", "type": "boolean"},
-        {"name": "tags", "type": "json"},
-    ],
-}
-GW = "bench"
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def bench_insert(n: int, tmp: Path) -> dict[str, float]:
@@ -83,39 +66,6 @@ def bench_insert(n: int, tmp: Path) -> dict[str, float]:
         "p99_us": round(pct(samples, 99), 1),
         "mean_us": round(statistics.fmean(samples), 1),
     }
-
-
-def seed(wal: WriteAheadLog, rows: int) -> None:
-    """Put ``rows`` rows into the gateway's WAL (pushed by other clients)."""
-    service = SyncService(wal, now_ms)
-    base = encode(now_ms() - 60_000, 0)
-    batch: list[RowDelta] = []
-    for i in range(rows):
-        cols = (
-            ColumnDelta("title", f"item {i}"),
-            ColumnDelta("qty", i),
-            ColumnDelta("done", i % 2 == 0),
-            ColumnDelta("tags", ["x", i % 7]),
-        )
-        client = f"seeder{i % 4}"
-        hlc = base + i
-        batch.append(
-            RowDelta(
-                "INSERT",
-                "items",
-                f"row{i:07}",
-                client,
-                cols,
-                hlc,
-                delta_id(client, hlc, "items", f"row{i:07}", cols),
-            )
-        )
-        if len(batch) == 5000:
-            for c in {d.client_id for d in batch}:
-                service.push(GW, c, [d for d in batch if d.client_id == c])
-            batch.clear()
-    for c in {d.client_id for d in batch}:
-        service.push(GW, c, [d for d in batch if d.client_id == c])
 
 
 def time_initial_pull(transport: Transport, path: Path, rows: int) -> float:
