@@ -28,6 +28,7 @@ from lakesync_platform.settings import (
     ENV_DEFS_DIR,
     ENV_JAR_DIR,
     ENV_SPARK_MASTER,
+    ENV_SPARK_REMOTE,
     ENV_WAL_URL,
     ENV_WAREHOUSE,
     PipelineSettings,
@@ -64,6 +65,7 @@ _ENV_FIELDS = {
     "jar_dir": ENV_JAR_DIR,
     "catalog_uri": ENV_CATALOG_URI,
     "warehouse": ENV_WAREHOUSE,
+    "spark_remote": ENV_SPARK_REMOTE,
 }
 
 

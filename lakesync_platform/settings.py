@@ -74,6 +74,7 @@ __all__ = [
     "ENV_MAX_SMALL_FILES",
     "ENV_ORPHAN_AGE_SECONDS",
     "ENV_SNAPSHOT_RETENTION_SECONDS",
+    "ENV_SPARK_CONNECT_PORT",
     "ENV_SPARK_CORES_MAX",
     "ENV_SPARK_DRIVER_HOST",
     "ENV_SPARK_DRIVER_MEMORY",
@@ -81,6 +82,7 @@ __all__ = [
     "ENV_SPARK_EXECUTOR_MEMORY",
     "ENV_SPARK_MASTER",
     "ENV_SPARK_PACKAGES",
+    "ENV_SPARK_REMOTE",
     "ENV_UPKEEP_CRON",
     "ENV_WAL_RETENTION_ENTRIES",
     "ENV_WAL_RETENTION_SECONDS",
@@ -106,6 +108,11 @@ ENV_JWT_SECRET_PREVIOUS = "LAKESYNC_JWT_SECRET_PREVIOUS"
 ENV_MAX_BACKLOG_BYTES = "LAKESYNC_MAX_BACKLOG_BYTES"
 ENV_SPARK_MASTER = "LAKESYNC_SPARK_MASTER"
 ENV_SPARK_PACKAGES = "LAKESYNC_SPARK_PACKAGES"
+# The Spark Connect server pipeline processes connect to (``sc://HOST:PORT``); ``local`` forces
+# an in-process Spark; unset: the server ``lakesync dev`` recorded in the data directory, if it
+# runs, else in-process (lakesync_platform/spark/server.py).
+ENV_SPARK_REMOTE = "LAKESYNC_SPARK_REMOTE"
+ENV_SPARK_CONNECT_PORT = "LAKESYNC_SPARK_CONNECT_PORT"
 ENV_CATALOG_URI = "LAKESYNC_CATALOG_URI"
 ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
 ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
@@ -454,7 +461,9 @@ _JVM_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]?", re.IGNORECASE)
 class PipelineSettings:
     """Where the pipeline's inputs and outputs live; read once at the edge and passed down.
 
-    Empty values mean the embedded defaults of :class:`DataLayout`. ``warehouse`` is a
+    Empty values mean the embedded defaults of :class:`DataLayout`. ``spark_remote`` names
+    the Spark Connect server runs use (``sc://…``; ``local``: an in-process Spark; ``None``:
+    the one recorded in the data directory if it runs). ``warehouse`` is a
     ``file://`` or ``s3://`` URI, reached with ``object_store``. ``env`` is the environment
     used to expand ``${VAR}`` in declared destination URLs (``LAKESYNC_DATA_DIR`` is always
     available there). ``lock_timeout_s`` bounds a stage's wait for the lake's lock
@@ -475,6 +484,7 @@ class PipelineSettings:
     warehouse: str | None = None
     jar_dir: Path | None = None
     spark_packages: str | None = None
+    spark_remote: str | None = None
     object_store: ObjectStoreSettings = field(default_factory=ObjectStoreSettings)
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_SECONDS
     env: Mapping[str, str] = field(default_factory=dict)
@@ -545,6 +555,7 @@ class PipelineSettings:
             warehouse=env.get(ENV_WAREHOUSE) or None,
             jar_dir=Path(jar_dir) if jar_dir else None,
             spark_packages=env.get(ENV_SPARK_PACKAGES) or None,
+            spark_remote=env.get(ENV_SPARK_REMOTE) or None,
             object_store=ObjectStoreSettings.from_env(env),
             lock_timeout_s=_seconds(ENV_LOCK_TIMEOUT_SECONDS, lock_timeout)
             if lock_timeout

@@ -11,7 +11,9 @@ directory), and passes them down as settings objects:
 * ``setup``, ``run`` — prepare Spark and run a pipeline stage once; ``dev`` — the whole stack
   for development, supervised by :mod:`.dev` (:mod:`.run`);
 * ``migrate`` — copy a destination's tables into another one (:mod:`.migrate`);
-* ``query``, ``history`` — the lake read back, now or as it was (:mod:`.lake`).
+* ``query``, ``history`` — the lake read back, now or as it was (:mod:`.lake`);
+* ``spark-server`` — the Spark Connect server pipeline processes connect to
+  (:mod:`.spark_server`).
 
 A missing data directory or WAL, an unknown gateway or a taken port stops a command with exit
 status 2 and one line, before anything is created (:mod:`.checks`).
@@ -26,6 +28,7 @@ from .doctor import doctor
 from .gateway import gateway
 from .lake import history, query
 from .migrate import migrate
+from .spark_server import spark_server
 from .status import status
 from .token import token
 
@@ -46,3 +49,4 @@ main.add_command(migrate)
 run.register(main)
 main.add_command(query)
 main.add_command(history)
+main.add_command(spark_server)

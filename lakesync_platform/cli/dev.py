@@ -3,9 +3,11 @@
 Processes (all children of this one, each in a session of its own):
 
 1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on the embedded WAL;
-2. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
+2. the Spark Connect server (:mod:`lakesync_platform.spark.server`) on the embedded lake, which
+   every pipeline run connects to (``LAKESYNC_SPARK_REMOTE``) instead of starting a JVM;
+3. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
    thresholds, so the sensors flush, merge and materialise the demo within seconds;
-3. demo clients (threads here) writing into the ``todos`` table of gateway ``demo`` over HTTP.
+4. demo clients (threads here) writing into the ``todos`` table of gateway ``demo`` over HTTP.
 
 The demo table is declared in ``<defs>/todos.yaml`` (the repository's ``defs/`` when present,
 else a copy written into ``<data-dir>/defs``) with an SQLite destination
@@ -45,8 +47,10 @@ from ..settings import (
     ENV_DATA_DIR,
     ENV_DEFS_DIR,
     ENV_JAR_DIR,
+    ENV_SPARK_REMOTE,
     ENV_WAL_URL,
     DataLayout,
+    PipelineSettings,
 )
 from ..testing import DEMO_GATEWAY, DEMO_TODOS, GatewayProcess, demo_declarations_yaml
 from .dagster_runs import DagsterRuns
@@ -93,6 +97,9 @@ class DevStackSettings:
     dagster_start_timeout_s: float = 180.0
     jar_dir: Path | None = None
     """``LAKESYNC_JAR_DIR`` made absolute for the children (``None``: ``<data-dir>/jars``)."""
+    spark_port: int = 15002
+    """The Spark Connect server's port (0: no server; every run starts its own Spark)."""
+    spark_start_timeout_s: float = 180.0
 
 
 class DemoClient:
@@ -202,6 +209,10 @@ class DevStack:
         }
         if s.jar_dir is not None:  # the runs start in the workspace's folder, not in ours
             env[ENV_JAR_DIR] = str(s.jar_dir.resolve())
+        spark_proc = None
+        if s.spark_port:
+            spark_proc = self._start_spark(env, echo)
+            env[ENV_SPARK_REMOTE] = f"sc://127.0.0.1:{s.spark_port}"
         echo(f"gateway   → {self.gateway_url}   (log {data / 'gateway.log'})")
         gateway = GatewayProcess(
             data,
@@ -248,6 +259,13 @@ class DevStack:
             f"demo      → {s.demo_clients} clients writing gateway '{DEMO_GATEWAY}' table 'todos'"
             f"; destination {data / 'destination.db'}"
         )
+        if spark_proc is not None:
+            from ..spark.server import wait_for_server
+
+            waited = wait_for_server(
+                env[ENV_SPARK_REMOTE], spark_proc, timeout_s=s.spark_start_timeout_s
+            )
+            echo(f"spark     ready in {waited:.1f}s")
         echo("waiting for the Dagster UI …")
         self._wait_for_dagster()
         try:
@@ -257,6 +275,22 @@ class DevStack:
         else:
             if leftovers:
                 echo(f"marked {len(leftovers)} run(s) an earlier stop left in progress canceled")
+
+    def _start_spark(
+        self, env: Mapping[str, str], echo: Callable[[str], None]
+    ) -> subprocess.Popen[bytes]:
+        """Start the Spark Connect server of the stack's lake (its readiness is awaited
+        later, while Dagster starts too)."""
+        from ..pipeline.context import spark_settings
+        from ..spark.server import start_server
+
+        s = self.settings
+        spark = spark_settings(PipelineSettings.from_env(env))
+        log_path = s.data_dir / "spark-connect.log"
+        echo(f"spark     → sc://127.0.0.1:{s.spark_port}   (log {log_path})")
+        proc = start_server(spark, s.spark_port, env, log_path=log_path)
+        self.procs.append(("spark", proc))
+        return proc
 
     def _wait_for_dagster(self) -> None:
         deadline = time.monotonic() + self.settings.dagster_start_timeout_s

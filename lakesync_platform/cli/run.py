@@ -83,8 +83,23 @@ def setup(data_dir: Path) -> None:
 @click.option("--gateway-port", default=8000, show_default=True, type=int)
 @click.option("--dagster-port", default=3000, show_default=True, type=int)
 @click.option("--clients", default=3, show_default=True, type=int, help="Demo clients (0: none).")
-def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, clients: int) -> None:
-    """Start the gateway, the Dagster UI and demo clients together; Ctrl-C stops everything.
+@click.option(
+    "--spark-port",
+    default=15002,
+    show_default=True,
+    type=int,
+    help="Port of the Spark Connect server the runs share (0: none; each run starts a JVM).",
+)
+def dev(
+    data_dir: Path,
+    defs_dir: Path,
+    gateway_port: int,
+    dagster_port: int,
+    clients: int,
+    spark_port: int,
+) -> None:
+    """Start the gateway, the Spark Connect server, the Dagster UI and demo clients together;
+    Ctrl-C stops everything.
 
     The jars are checked (and fetched when missing) where the runs will load them:
     LAKESYNC_JAR_DIR, else <data-dir>/jars; with LAKESYNC_SPARK_PACKAGES Spark fetches them.
@@ -94,7 +109,8 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
     from ..settings import PipelineSettings
     from .dev import DevStack, DevStackSettings
 
-    require_free_ports([("--gateway-port", gateway_port), ("--dagster-port", dagster_port)])
+    ports = [("--gateway-port", gateway_port), ("--dagster-port", dagster_port)]
+    require_free_ports(ports + ([("--spark-port", spark_port)] if spark_port else []))
     workspace = Path(__file__).resolve().parents[2] / "workspace.yaml"
     if not workspace.exists():
         raise click.ClickException(f"workspace.yaml not found next to the package ({workspace})")
@@ -120,6 +136,7 @@ def dev(data_dir: Path, defs_dir: Path, gateway_port: int, dagster_port: int, cl
             dagster_port=dagster_port,
             demo_clients=clients,
             jar_dir=settings.jar_dir,
+            spark_port=spark_port,
         ),
         os.environ,
     )

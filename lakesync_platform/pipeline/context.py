@@ -17,9 +17,9 @@ at a time on a lake, whatever process runs it (:mod:`.lock`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from ..declarations import (
     load_declarations,
 )
 from ..settings import ENV_WAL_URL, ENV_WAREHOUSE, PipelineSettings
+from ..spark.server import resolve_remote
 from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
 from ..wal.sqlite import BATCH_MEMORY
 from ..wal.store import WriteAheadLog
@@ -139,8 +140,12 @@ class PipelineContext:
     """The handles of one pipeline run over one data directory, opened on first use.
 
     ``spark`` and ``wal`` may be passed in (tests, benchmarks); a WAL passed in is not closed
-    by :meth:`close`. The Spark session is never stopped here: Spark allows one per process,
-    and the next run reuses it.
+    by :meth:`close`. ``spark_provider`` hands out the session on first use instead (the
+    Dagster resource's ``dagster-pyspark`` session). Otherwise the session is a Spark Connect
+    client of the settings' server (:func:`~lakesync_platform.spark.server.resolve_remote`:
+    ``LAKESYNC_SPARK_REMOTE``, else the server recorded in the data directory), or an
+    in-process driver when there is none. The session is never stopped here: Spark allows one
+    driver per process, and the next run reuses it.
     """
 
     def __init__(
@@ -149,9 +154,11 @@ class PipelineContext:
         *,
         spark: SparkSession | None = None,
         wal: WriteAheadLog | None = None,
+        spark_provider: Callable[[], SparkSession] | None = None,
     ) -> None:
         self.settings = settings
         self._spark = spark
+        self._spark_provider = spark_provider
         self._wal = wal
         self._owns_wal = wal is None
         self._declarations: Declarations | None = None
@@ -161,9 +168,15 @@ class PipelineContext:
     def spark(self) -> SparkSession:
         """The Spark session (started on first use)."""
         if self._spark is None:
-            for warning in cluster_warnings(self.settings):
-                log.warning("%s", warning)
-            self._spark = create_spark_session(spark_settings(self.settings), env=self.settings.env)
+            if self._spark_provider is not None:
+                self._spark = self._spark_provider()
+                return self._spark
+            spark = spark_settings(self.settings)
+            remote = resolve_remote(self.settings.spark_remote, spark)
+            if remote is None:
+                for warning in cluster_warnings(self.settings):
+                    log.warning("%s", warning)
+            self._spark = create_spark_session(replace(spark, remote=remote), env=self.settings.env)
         return self._spark
 
     @cached_property

@@ -43,7 +43,10 @@ __all__ = [
     "S3Access",
     "SparkSettings",
     "catalog_sqlalchemy_url",
+    "check_served_catalog",
+    "connect_session",
     "create_spark_session",
+    "is_connect",
     "local_pyiceberg_catalog",
     "pyiceberg_catalog",
 ]
@@ -126,7 +129,9 @@ class SparkSettings:
     a ``file:`` warehouse through
     :data:`~lakesync_platform.install.local_fs.LOCAL_FS_CLASS` when its jar could be built (no
     ``chmod`` process per file). ``log_file`` receives the driver JVM's log (default
-    ``<data-dir>/logs/spark.log``). ``extra_conf`` is applied last.
+    ``<data-dir>/logs/spark.log``). ``extra_conf`` is applied last. With ``remote`` the
+    session is a Spark Connect client of that server, and everything else here configures the
+    server (:func:`lakesync_platform.spark.server.server_command`), not the client.
 
     On a cluster (any ``master`` but ``local…``) executors get ``executor_memory`` and
     ``executor_cores`` (``None``: the cluster manager's default), a run takes at most
@@ -155,6 +160,9 @@ class SparkSettings:
     s3: S3Access = field(default_factory=S3Access)
     log_file: Path | None = None
     extra_conf: dict[str, str] = field(default_factory=dict)
+    remote: str | None = None
+    """A Spark Connect server's URL (``sc://HOST:PORT``): sessions are thin clients of it
+    (:mod:`lakesync_platform.spark.server`); ``None``: an in-process driver."""
 
     @property
     def resolved_catalog_uri(self) -> str:
@@ -259,11 +267,16 @@ class SparkSettings:
 def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> SparkSession:
     """Start (or reuse) the Spark session for ``settings``.
 
-    ``env`` is the process environment, read to find Java and the system tools. With no
-    ``packages`` the local jar folder is filled first (idempotent). A session already running
-    in this process is returned as is: Spark allows one per JVM.
+    With ``settings.remote`` this is a Spark Connect client of that server
+    (:func:`connect_session`). Otherwise a driver starts in this process: ``env`` is the
+    process environment, read to find Java and the system tools; with no ``packages`` the
+    local jar folder is filled first (idempotent). A session already running in this process
+    is returned as is: Spark allows one per JVM.
     """
     from pyspark.sql import SparkSession
+
+    if settings.remote:
+        return connect_session(settings)
 
     active = SparkSession.getActiveSession()
     if active is not None:
@@ -293,6 +306,45 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
         builder = builder.config(key, value)
     with _launcher_env(java.launcher_env):
         return builder.getOrCreate()
+
+
+def connect_session(settings: SparkSettings) -> SparkSession:
+    """A Spark Connect session on ``settings.remote``, checked to serve the catalog
+    ``settings`` name (:func:`check_served_catalog`). Raises :class:`LakeSyncError` with the
+    fix when no server answers."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(settings.remote or "").getOrCreate()
+    check_served_catalog(spark, settings)
+    return spark
+
+
+def check_served_catalog(spark: SparkSession, settings: SparkSettings) -> None:
+    """Fail unless the Connect server behind ``spark`` serves the catalog ``settings`` name: a
+    server started for another data directory would read and write another lake. The first
+    call into the server, so an unreachable one fails here, with the fix."""
+    url = settings.remote or "the Spark Connect server"
+    try:
+        served = spark.conf.get(f"spark.sql.catalog.{CATALOG}.uri", None)
+    except Exception as exc:  # gRPC errors: one line with the fix
+        from .java_errors import one_line
+
+        raise LakeSyncError(
+            f"no Spark Connect server answers at {url} ({one_line(exc)}): start one with "
+            "`lakesync spark-server`, or set LAKESYNC_SPARK_REMOTE=local for an in-process "
+            "Spark"
+        ) from None
+    if served != settings.resolved_catalog_uri:
+        raise LakeSyncError(
+            f"the Spark Connect server at {url} serves the catalog {served!r}, not "
+            f"{settings.resolved_catalog_uri!r}: point LAKESYNC_SPARK_REMOTE at the server "
+            "of this lake"
+        )
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 @contextmanager

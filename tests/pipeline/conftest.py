@@ -46,12 +46,44 @@ def spark_settings(lake_dir: Path) -> Any:
     return SparkSettings(data_dir=lake_dir, jar_dir=REPO / "data" / "jars", shuffle_partitions=2)
 
 
+SPARK_MODE_ENV = "LAKESYNC_TEST_SPARK"
+"""``connect`` (the default): the suite's session is a Spark Connect client of a server the
+suite starts, as every Dagster run and ``lakesync dev`` uses; ``local``: an in-process driver."""
+
+
 @pytest.fixture(scope="session")
-def spark(spark_settings: Any) -> Iterator[Any]:
-    """The one SparkSession of the test suite (local, Iceberg catalog ``lakesync``)."""
+def spark_server(spark_settings: Any) -> Iterator[str | None]:
+    """The Spark Connect server of the suite (its URL), or ``None`` in local mode."""
+    if os.environ.get(SPARK_MODE_ENV, "connect") == "local":
+        yield None
+        return
+    from lakesync_platform.spark.server import start_server, wait_for_server
+    from lakesync_platform.testing import free_port
+
+    port = free_port()
+    proc = start_server(spark_settings, port, os.environ)
+    url = f"sc://127.0.0.1:{port}"
+    try:
+        wait_for_server(url, proc, timeout_s=180)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except Exception:  # a JVM that ignores SIGTERM is killed
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_settings: Any, spark_server: str | None) -> Iterator[Any]:
+    """The one SparkSession of the test suite (Iceberg catalog ``lakesync``): a Spark Connect
+    client of :func:`spark_server`, or a local driver (``LAKESYNC_TEST_SPARK=local``)."""
+    from dataclasses import replace
+
     from lakesync_platform.spark.session import create_spark_session
 
-    session = create_spark_session(spark_settings, env=os.environ)
+    session = create_spark_session(replace(spark_settings, remote=spark_server), env=os.environ)
     yield session
     session.stop()
 
