@@ -29,7 +29,9 @@ from lakesync_platform.cli.dev import DAGSTER_YAML
 from lakesync_platform.settings import (
     ENV_CATALOG_URI,
     ENV_DRAIN_SECONDS,
+    ENV_SPARK_DRIVER_HOST,
     ENV_SPARK_MASTER,
+    ENV_SPARK_REMOTE,
     ENV_WAL_URL,
     ENV_WAREHOUSE,
     PipelineSettings,
@@ -41,6 +43,7 @@ COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 KNOWN_SETTINGS = {v for k, v in vars(settings).items() if k.startswith("ENV_")}
 PIPELINE_SERVICES = ("dagster-webserver", "dagster-daemon")
+SPARK_SERVER = "spark-connect"
 GATEWAYS = sorted(name for name in SERVICES if name.startswith("gateway-"))
 
 
@@ -75,14 +78,16 @@ def _parse(argv: list[str]) -> list[str]:
 
 
 def test_the_topology_has_every_part_the_tests_start() -> None:
-    assert {"postgres", "minio", "spark-master", "spark-worker", "haproxy"} <= set(SERVICES)
+    assert {"postgres", "minio", "spark-master", "spark-worker", "haproxy", SPARK_SERVER} <= set(
+        SERVICES
+    )
     assert set(PIPELINE_SERVICES) <= set(SERVICES)
     assert len(GATEWAYS) >= 2
-    for name in [*GATEWAYS, *PIPELINE_SERVICES, "spark-master", "spark-worker"]:
+    for name in [*GATEWAYS, *PIPELINE_SERVICES, SPARK_SERVER, "spark-master", "spark-worker"]:
         assert SERVICES[name].get("build") == ".", f"{name} runs the repository's image"
 
 
-@pytest.mark.parametrize("service", [*GATEWAYS, *PIPELINE_SERVICES])
+@pytest.mark.parametrize("service", [*GATEWAYS, *PIPELINE_SERVICES, SPARK_SERVER])
 def test_every_command_is_one_its_program_accepts(
     service: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -90,8 +95,12 @@ def test_every_command_is_one_its_program_accepts(
     command = [str(part) for part in SERVICES[service]["command"]]
     with CliRunner().isolation(env=_env(service)):  # the variables click options read
         path = _parse(command)
-    expected = {"lakesync": ["lakesync", "gateway"], "dagster-daemon": ["dagster-daemon", "run"]}
-    assert path == expected.get(command[0], [command[0]])
+    expected = {
+        "gateway": ["lakesync", "gateway"],
+        "spark-server": ["lakesync", "spark-server"],
+        "run": ["dagster-daemon", "run"],
+    }
+    assert path == expected.get(command[1], [command[0]])
 
 
 def test_a_command_the_cli_does_not_accept_is_caught() -> None:
@@ -107,7 +116,7 @@ def test_every_lakesync_setting_is_known_and_parses() -> None:
     for service, spec in SERVICES.items():
         named = {k for k in (spec.get("environment") or {}) if k.startswith("LAKESYNC_")}
         assert named <= KNOWN_SETTINGS, f"{service}: unknown settings {named - KNOWN_SETTINGS}"
-    for service in [*GATEWAYS, *PIPELINE_SERVICES]:
+    for service in [*GATEWAYS, *PIPELINE_SERVICES, SPARK_SERVER]:
         env = _env(service)
         # The scale-out settings the tests set: WAL and catalog on PostgreSQL, the warehouse in
         # the bucket, the pipeline on the cluster, the gateways draining.
@@ -117,6 +126,16 @@ def test_every_lakesync_setting_is_known_and_parses() -> None:
         assert pipeline.spark_master.startswith("spark://spark-master:")
         assert pipeline.warehouse and pipeline.warehouse.startswith("s3://")
     assert float(_env(GATEWAYS[0])[ENV_DRAIN_SECONDS]) > 0
+
+
+def test_pipeline_runs_are_thin_clients_of_the_spark_server() -> None:
+    command = SERVICES[SPARK_SERVER]["command"]
+    port = command[command.index("--port") + 1]
+    for service in PIPELINE_SERVICES:
+        assert _env(service)[ENV_SPARK_REMOTE] == f"sc://{SPARK_SERVER}:{port}"
+        assert SPARK_SERVER in SERVICES[service]["depends_on"]
+    # The server is the driver the executors call back: it names itself, not the default host.
+    assert _env(SPARK_SERVER)[ENV_SPARK_DRIVER_HOST] == SPARK_SERVER
 
 
 def _flags(argv: list[str]) -> list[str]:

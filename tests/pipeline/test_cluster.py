@@ -5,10 +5,11 @@ A real master and two workers start from pyspark's own ``bin/spark-class`` on lo
 worker runs in a mount namespace of its own in which the repository's jar folder and the
 driver's folders are empty, as on another host: the jars reach the executors through Spark
 (``spark.jars``, served by the driver), the WAL is read over JDBC from PostgreSQL, the catalog
-is PostgreSQL and the warehouse a bucket (moto's S3 server). ``lakesync run sync`` runs
-flush → state → materialise there, in a subprocess (a second Spark session cannot share the
-suite's JVM); the same command runs the same WAL in local mode on the suite's session, and the
-two lakes and destinations must hold the same rows.
+is PostgreSQL and the warehouse a bucket (moto's S3 server). The driver is a Spark Connect
+server (``lakesync spark-server``, as docker-compose.yml runs it) on the cluster, and
+``lakesync run sync`` runs flush → state → materialise as its thin client, in a subprocess;
+the same command runs the same WAL on the suite's session, and the two lakes and
+destinations must hold the same rows.
 """
 
 from __future__ import annotations
@@ -39,13 +40,15 @@ from lakesync_platform.settings import (
     ENV_SPARK_EXECUTOR_CORES,
     ENV_SPARK_EXECUTOR_MEMORY,
     ENV_SPARK_MASTER,
+    ENV_SPARK_REMOTE,
     ENV_WAL_URL,
     ENV_WAREHOUSE,
     PipelineSettings,
 )
+from lakesync_platform.spark.server import wait_for_server
 from lakesync_platform.spark.session import catalog_sqlalchemy_url, pyiceberg_catalog
 from lakesync_platform.sync.service import SyncService
-from lakesync_platform.testing import S3Server
+from lakesync_platform.testing import S3Server, free_port
 from lakesync_platform.testing_cluster import SparkMaster, SparkWorker, can_hide_paths
 from lakesync_platform.wal.store import WriteAheadLog
 
@@ -240,26 +243,51 @@ def test_the_sync_job_on_a_standalone_cluster_equals_the_local_run(
             "OUT_DIR": str(cluster_out),
         }
         (driver / "data").mkdir()
-        command = [sys.executable, "-m", "lakesync_platform.cli", "run", "sync", "--gw", gw]
-        remote = subprocess.Popen(
-            [*command, "--json"],
+        port = free_port()
+        server = subprocess.Popen(
+            [sys.executable, "-m", "lakesync_platform.cli", "spark-server", "--port", str(port)],
             env=env,
             cwd=driver,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
         )
+        command = [sys.executable, "-m", "lakesync_platform.cli", "run", "sync", "--gw", gw]
         try:
-            local = CliRunner().invoke(
-                run,
-                ["sync", "--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs), "--json"],
-                env={ENV_WAL_URL: postgres_url, "OUT_DIR": str(local_out), ENV_SPARK_MASTER: None},
+            wait_for_server(f"sc://127.0.0.1:{port}", None, timeout_s=180)
+            remote = subprocess.Popen(
+                [*command, "--json"],
+                env=env | {ENV_SPARK_REMOTE: f"sc://127.0.0.1:{port}"},
+                cwd=driver,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
-            out, err = remote.communicate(timeout=300)
+            try:
+                args = ["sync", "--gw", gw, "--data-dir", str(lake_dir), "--defs", str(defs)]
+                local = CliRunner().invoke(
+                    run,
+                    [*args, "--json"],
+                    env={
+                        ENV_WAL_URL: postgres_url,
+                        "OUT_DIR": str(local_out),
+                        ENV_SPARK_MASTER: None,
+                    },
+                )
+                out, err = remote.communicate(timeout=300)
+            finally:
+                if remote.poll() is None:
+                    remote.kill()
+                    remote.wait()
+            # The server's app on the master ends with the server (SIGTERM, as a service
+            # manager stops it).
+            server.terminate()
+            server_out, _ = server.communicate(timeout=60)
         finally:
-            if remote.poll() is None:
-                remote.kill()
-                remote.wait()
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+        assert f"sc://127.0.0.1:{port} ready" in server_out, server_out[-4000:]
         assert local.exit_code == 0, local.output
         local_doc = json.loads(local.stdout)
         assert remote.returncode == 0, err[-4000:]
