@@ -21,8 +21,10 @@ from lakesync_platform.core.errors import LakeSyncError
 from lakesync_platform.core.schema import TableSchema
 from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.settings import (
+    DEFAULT_BACKLOG_SENSOR_SECONDS,
     ENV_BACKLOG_AGE_SECONDS,
     ENV_BACKLOG_BYTES,
+    ENV_BACKLOG_SENSOR_SECONDS,
     ENV_CATALOG_URI,
     ENV_DATA_DIR,
     ENV_DEFS_DIR,
@@ -69,6 +71,19 @@ _ENV_FIELDS = {
 }
 
 
+def _interval(raw: str | None) -> int:
+    """``LAKESYNC_BACKLOG_SENSOR_SECONDS`` as a whole number of seconds ≥ 1."""
+    if not raw:
+        return DEFAULT_BACKLOG_SENSOR_SECONDS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{ENV_BACKLOG_SENSOR_SECONDS} must be a whole number ≥ 1, not {raw!r}")
+    return value
+
+
 def lakesync_resource(env: Mapping[str, str]) -> LakeSyncResource:
     """The resource, each setting bound to its ``EnvVar`` when that variable is set."""
     config: dict[str, object] = {
@@ -102,6 +117,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
         upkeep_cron = ctx.settings.upkeep.cron
     finally:
         ctx.close()
+    sensor_interval = _interval(env.get(ENV_BACKLOG_SENSOR_SECONDS))
     per_gateway: list[dg.Definitions] = []
     for gw in sorted(tables):
         job_name = sync_job_name(gw)
@@ -111,7 +127,7 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
         per_gateway.append(
             dg.Definitions(
                 sensors=[
-                    build_backlog_sensor(gw, job_name),
+                    build_backlog_sensor(gw, job_name, interval_s=sensor_interval),
                     build_flush_request_sensor(gw, job_name),
                 ],
                 schedules=[

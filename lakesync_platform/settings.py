@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_ACTION_LEASE_S",
     "DEFAULT_ACTION_RETENTION_S",
     "DEFAULT_ACTION_TIMEOUT_S",
+    "DEFAULT_BACKLOG_SENSOR_SECONDS",
     "DEFAULT_CHECKPOINT_CHUNK_BYTES",
     "DEFAULT_CHECKPOINT_EVERY_ENTRIES",
     "DEFAULT_CHECKPOINT_GRACE_S",
@@ -55,6 +56,7 @@ __all__ = [
     "ENV_AWS_SESSION_TOKEN",
     "ENV_BACKLOG_AGE_SECONDS",
     "ENV_BACKLOG_BYTES",
+    "ENV_BACKLOG_SENSOR_SECONDS",
     "ENV_CATALOG_URI",
     "ENV_CHECKPOINTS",
     "ENV_CHECKPOINT_CHUNK_BYTES",
@@ -118,6 +120,8 @@ ENV_WAREHOUSE = "LAKESYNC_WAREHOUSE"
 ENV_JAR_DIR = "LAKESYNC_JAR_DIR"
 ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
 ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
+# How often the backlog sensor looks at the WAL (Dagster's minimum interval between its ticks).
+ENV_BACKLOG_SENSOR_SECONDS = "LAKESYNC_BACKLOG_SENSOR_SECONDS"
 ENV_LOCK_TIMEOUT_SECONDS = "LAKESYNC_LOCK_TIMEOUT_SECONDS"
 
 # The AWS SDKs' and CLI's own variables (an S3 warehouse): credentials, region, and a custom
@@ -161,6 +165,8 @@ DEFAULT_DATA_DIR = Path("data")
 DEFAULT_DEFS_DIR = Path("defs")
 """The declarations folder when neither ``--defs`` nor ``LAKESYNC_DEFS_DIR`` names one."""
 DEFAULT_SPARK_MASTER = "local[*]"
+DEFAULT_BACKLOG_SENSOR_SECONDS = 15
+"""The backlog sensor's minimum interval between ticks (``lakesync dev``: 1 s)."""
 DEFAULT_LOCK_TIMEOUT_SECONDS = 900.0
 """How long a pipeline stage waits for another stage holding the lake's lock before it gives up
 (the schedule's period: a stage still waiting by then is stuck behind a stuck one)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
+from lakesync_platform.settings import DEFAULT_BACKLOG_SENSOR_SECONDS
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import active_run_count
 
@@ -31,14 +32,18 @@ def backlog_decision(
 
 
 def build_backlog_sensor(
-    gw: str, job_name: str, clock: Callable[[], float] = time.time
+    gw: str,
+    job_name: str,
+    clock: Callable[[], float] = time.time,
+    interval_s: int = DEFAULT_BACKLOG_SENSOR_SECONDS,
 ) -> dg.SensorDefinition:
-    """The backlog sensor of gateway ``gw`` targeting the job ``job_name``."""
+    """The backlog sensor of gateway ``gw`` targeting the job ``job_name``, ticking at most
+    every ``interval_s`` seconds (``LAKESYNC_BACKLOG_SENSOR_SECONDS``)."""
 
     @dg.sensor(
         name=f"{job_name}_backlog",
         job_name=job_name,
-        minimum_interval_seconds=15,
+        minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Flush gateway {gw!r} when its WAL backlog passes the size or age limit.",
     )

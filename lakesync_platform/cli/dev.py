@@ -44,6 +44,7 @@ from ..core.wire import delta_to_wire
 from ..settings import (
     ENV_BACKLOG_AGE_SECONDS,
     ENV_BACKLOG_BYTES,
+    ENV_BACKLOG_SENSOR_SECONDS,
     ENV_DATA_DIR,
     ENV_DEFS_DIR,
     ENV_JAR_DIR,
@@ -93,7 +94,8 @@ class DevStackSettings:
     demo_clients: int = 3
     demo_interval_s: float = 1.0
     backlog_bytes: int = 4_000
-    backlog_age_seconds: int = 20
+    backlog_age_seconds: int = 1
+    backlog_sensor_seconds: int = 1
     dagster_start_timeout_s: float = 180.0
     jar_dir: Path | None = None
     """``LAKESYNC_JAR_DIR`` made absolute for the children (``None``: ``<data-dir>/jars``)."""
@@ -204,6 +206,7 @@ class DevStack:
             ENV_WAL_URL: DataLayout(data).wal_url,
             ENV_BACKLOG_BYTES: str(s.backlog_bytes),
             ENV_BACKLOG_AGE_SECONDS: str(s.backlog_age_seconds),
+            ENV_BACKLOG_SENSOR_SECONDS: str(s.backlog_sensor_seconds),
             "DAGSTER_HOME": str(dagster_home),
             "PYTHONUNBUFFERED": "1",
         }
