@@ -56,6 +56,15 @@ def spark(spark_settings: Any) -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def lake_catalog(spark: Any, spark_settings: Any) -> Any:
+    """pyiceberg over the shared session's catalog (what the stages read snapshots with);
+    opened after the session, whose catalog creates the catalog tables."""
+    from lakesync_platform.spark.session import pyiceberg_catalog
+
+    return pyiceberg_catalog(spark_settings)
+
+
 @pytest.fixture
 def gw() -> str:
     """A fresh gateway id (= Iceberg namespace) for one test."""

@@ -21,11 +21,17 @@ pytestmark = pytest.mark.spark
 
 
 def _run(
-    spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, schema: TableSchema, adapter: SqlAdapter
+    spark: Any,
+    lake_catalog: Any,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    schema: TableSchema,
+    adapter: SqlAdapter,
 ) -> None:
-    flush_gateway(spark, wal, jdbc_source(wal_url), gw)
-    update_state(spark, gw, schema)
-    materialise_table(spark, gw, schema, adapter)
+    flush_gateway(spark, lake_catalog, wal, jdbc_source(wal_url), gw)
+    update_state(spark, lake_catalog, gw, schema)
+    materialise_table(spark, lake_catalog, gw, schema, adapter)
 
 
 def _dest(adapter: SqlAdapter) -> dict[str, dict[str, Any]]:
