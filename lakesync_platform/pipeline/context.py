@@ -36,7 +36,8 @@ from ..declarations import (
     load_declarations,
 )
 from ..settings import ENV_WAL_URL, ENV_WAREHOUSE, PipelineSettings
-from ..spark.session import S3Access, SparkSettings, create_spark_session, pyiceberg_catalog
+from ..spark.session import S3Access, SparkSettings, create_spark_session
+from ..spark.session_catalog import session_catalog
 from ..wal.sqlite import BATCH_MEMORY
 from ..wal.store import WriteAheadLog
 from .lock import LakeLock, lake_lock
@@ -180,13 +181,14 @@ class PipelineContext:
 
     @cached_property
     def lake_catalog(self) -> Catalog:
-        """pyiceberg over the lake's catalog (SQLite or PostgreSQL; any warehouse, S3 included):
-        what every stage reads snapshot metadata with — watermarks, summaries, histories, table
-        files — in this process, with a classic Spark session or a Spark Connect client alike.
-        Each read loads the table afresh. Open it after the Spark session (stages do): the
-        session's catalog creates the catalog tables in the layout it wants."""
+        """pyiceberg over the catalog the run's Spark session writes (SQLite or PostgreSQL; any
+        warehouse, S3 included), built from the session's own catalog settings
+        (:func:`~lakesync_platform.spark.session_catalog.session_catalog`): what every stage
+        reads snapshot metadata with — watermarks, summaries, histories, table files — in this
+        process, with a classic Spark session or a Spark Connect client alike. Each read loads
+        the table afresh. Opening it starts the session if it is not running yet."""
         try:
-            return pyiceberg_catalog(spark_settings(self.settings))
+            return session_catalog(self.spark)
         except ValueError as exc:
             raise LakeSyncError(f"the lake's catalog cannot be read by pyiceberg: {exc}") from exc
 
@@ -194,7 +196,7 @@ class PipelineContext:
     def iceberg_catalog(self) -> Catalog | None:
         """:attr:`lake_catalog` where the driver also reads the rows directly (a ``file:``
         warehouse: materialise), else ``None`` (Spark reads them)."""
-        if not spark_settings(self.settings).resolved_warehouse.startswith("file:"):
+        if not str(self.lake_catalog.properties.get("warehouse", "")).startswith("file:"):
             return None
         return self.lake_catalog
 
