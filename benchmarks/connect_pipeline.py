@@ -32,9 +32,11 @@ from typing import Any, TypeVar
 
 from lakesync_platform.adapters.sql import SqlAdapter
 from lakesync_platform.core.delta import DELETE, ColumnDelta, RowDelta
+from lakesync_platform.core.errors import ValidationError
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.core.ids import delta_id
 from lakesync_platform.core.schema import parse_table_schema
+from lakesync_platform.pipeline.checkpoint import run_checkpoint
 from lakesync_platform.pipeline.context import PipelineContext
 from lakesync_platform.pipeline.flush import run_flush
 from lakesync_platform.pipeline.state import run_state
@@ -145,10 +147,16 @@ def main() -> None:
         first = ctx.lake_catalog.load_table((gw, "todos")).metadata.snapshots[0]
         compacted = _timed(figures, "compact", lambda: run_compaction(ctx, gw))
         expired = _timed(figures, "expire", lambda: run_expiry(ctx, gw))
+        point = _timed(figures, "checkpoint", lambda: run_checkpoint(ctx, gw))
         reader = LakeReader(ctx)
         request = QueryRequest("SELECT count(*) AS n, count_if(`_ls$live`) AS live FROM todos")
         now = _timed(figures, "query", lambda: reader.query(gw, request))
         history = _timed(figures, "history", lambda: reader.history(gw, "todos"))
+        try:
+            reader.query(gw, QueryRequest("DROP TABLE todos"))
+            raise AssertionError("DROP TABLE ran")
+        except ValidationError as exc:
+            refused = str(exc)
         # The log holds every WAL entry exactly once; the destination equals the WAL's rows.
         log = spark.table(deltas_table(gw))
         total, distinct = log.count(), log.select("cursor").distinct().count()
@@ -176,6 +184,7 @@ def main() -> None:
             f"  expired {e.table}: {e.snapshots_expired} of {e.snapshots_before} snapshots, "
             f"{e.files_deleted} files deleted, {e.orphans_removed} orphans"
         )
+    print(f"  checkpoint at cursor {point.cursor}; refused: {refused}")
     print(
         f"  query now: {now.rows.to_pylist()}; history: {len(history.snapshots)} snapshots "
         f"(the first, {first.snapshot_id}, expired: {history.snapshot(first.snapshot_id) is None})"

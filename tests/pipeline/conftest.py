@@ -57,12 +57,12 @@ def spark(spark_settings: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def lake_catalog(spark: Any, spark_settings: Any) -> Any:
-    """pyiceberg over the shared session's catalog (what the stages read snapshots with);
-    opened after the session, whose catalog creates the catalog tables."""
-    from lakesync_platform.spark.session import pyiceberg_catalog
+def lake_catalog(spark: Any) -> Any:
+    """pyiceberg over the catalog the shared session writes (what the stages read snapshots
+    with), from the session's own settings: a classic session's or a Connect server's."""
+    from lakesync_platform.spark.session_catalog import session_catalog
 
-    return pyiceberg_catalog(spark_settings)
+    return session_catalog(spark)
 
 
 @pytest.fixture
