@@ -35,7 +35,13 @@ def run_flush(
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("flush", gw):
         return flush_gateway(
-            spark, ctx.wal, source, gw, max_entries=max_entries, after_commit=after_commit
+            spark,
+            ctx.lake_catalog,
+            ctx.wal,
+            source,
+            gw,
+            max_entries=max_entries,
+            after_commit=after_commit,
         )
 
 

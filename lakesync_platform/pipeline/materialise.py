@@ -141,7 +141,13 @@ def _materialise(
             with cold_tier(ctx, gw, dest, destination, schema) as tier:
                 done.append(
                     materialise_table(
-                        ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog, tier=tier
+                        ctx.spark,
+                        ctx.lake_catalog,
+                        gw,
+                        schema,
+                        destination,
+                        rows_catalog=ctx.iceberg_catalog,
+                        tier=tier,
                     )
                 )
         return done

@@ -42,7 +42,8 @@ def run_state(ctx: PipelineContext, gw: str, tables: list[str] | None = None) ->
     names = tables if tables is not None else list(schemas)
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("state", gw):
-        return [update_state(spark, gw, schemas[t]) for t in names if t in schemas]
+        catalog = ctx.lake_catalog
+        return [update_state(spark, catalog, gw, schemas[t]) for t in names if t in schemas]
 
 
 def check_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckOutcome:
