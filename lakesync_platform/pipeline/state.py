@@ -70,5 +70,6 @@ def _check_state(
             "unmerged_entries": found.unmerged,
             "differ": found.differ,
             "sample": found.sample,
+            "state_cursor": found.state_cursor,
         },
     )

@@ -173,13 +173,14 @@ def log_gaps(spark: SparkSession, gw: str, rng: CursorRange) -> list[CursorRange
 class StateDifferences:
     """A state table against the replay of a range: state ``rows`` and log ``entries``
     compared, ``unmerged`` entries past the state's own watermark (not compared), how many
-    rows ``differ`` and a ``sample`` of their ids."""
+    rows ``differ`` and a ``sample`` of their ids, the state's last cursor in the range."""
 
     rows: int
     entries: int
     unmerged: int
     differ: int
     sample: list[str]
+    state_cursor: int | None = None
 
 
 def _lit(value: str) -> str:
@@ -209,9 +210,11 @@ def _canonical(typ: str, value: str, *, stored: bool) -> str:
 
 
 def state_replay_sql(log: str, state: str, schema: TableSchema, rng: CursorRange) -> str:
-    """Pure: the SQL whose rows are ``row_id, bad`` for each row the range touches — in the log
-    relation ``log`` (change-log layout) or in the state relation ``state`` (state layout) —
-    plus the figures ``entries`` and ``unmerged`` (see the module docstring)."""
+    """Pure: the SQL whose rows are ``row_id, cur, entries, bad`` for each row the range
+    touches — in the log relation ``log`` (change-log layout) or in the state relation ``state``
+    (state layout): the state's cursor, the row's log entries compared, and whether it differs
+    (see the module docstring). The range ends at the state's watermark: a row the range
+    touches is a row with a log entry in it or a state cursor in it."""
     first, last = int(rng.first), int(rng.last)
     partial = "false" if rng.whole else "true"
     cols = synced_columns(schema)
@@ -229,8 +232,9 @@ def state_replay_sql(log: str, state: str, schema: TableSchema, rng: CursorRange
         f"OR ({partial} AND {newer_s_w})) ELSE sh IS NULL OR ({partial} AND {newer_s_d}) END"
     )
     delete_ok = (
-        f"CASE WHEN x.xh IS NOT NULL THEN r.dh IS NOT NULL AND ((r.dh = x.xh AND r.dc = x.xc) "
-        f"OR ({partial} AND {_newer('r.d', 'x.x')})) ELSE r.dh IS NULL OR {partial} END"
+        f"CASE WHEN t.x.xh IS NOT NULL THEN r.dh IS NOT NULL AND ((r.dh = t.x.xh AND "
+        f"r.dc = t.x.xc) OR ({partial} AND {_newer('r.d', 't.x.x')})) "
+        f"ELSE r.dh IS NULL OR {partial} END"
     )
     return f"""
 WITH st AS (
@@ -238,57 +242,44 @@ WITH st AS (
     array({cells}) AS cells
   FROM {state} WHERE {cur} BETWEEN {first} AND {last}
 ),
-top AS (SELECT max(cur) AS top FROM st),
-e_all AS (
+e AS (
   SELECT row_id, `cursor`, op, client_id, hlc, {_key("client_id")} AS k, `columns`
   FROM {log}
   WHERE `table` = {_lit(log_table(schema))} AND `cursor` BETWEEN {first} AND {last}
 ),
-e AS (SELECT e_all.* FROM e_all CROSS JOIN top WHERE e_all.`cursor` <= top.top),
+touched AS (
+  SELECT row_id, max(`cursor`) AS cur, count(*) AS n,
+    max_by(named_struct('xh', hlc, 'xc', client_id, 'xk', k), named_struct('h', hlc, 'k', k))
+      FILTER (WHERE op = {_lit(DELETE)}) AS x
+  FROM e GROUP BY row_id
+),
 writes AS (
-  SELECT row_id, col, v, hlc, client_id, k,
-    row_number() OVER (PARTITION BY row_id, col ORDER BY hlc DESC, k DESC, `cursor` DESC) AS rn
+  SELECT row_id, col,
+    max_by(named_struct('wh', hlc, 'wc', client_id, 'wk', k, 'wv', CASE col {canon} END),
+      named_struct('h', hlc, 'k', k, 'c', `cursor`)) AS w
   FROM (
-    SELECT row_id, `cursor`, hlc, client_id, k, col,
-      CASE col {canon} END AS v
-    FROM (
-      SELECT row_id, `cursor`, hlc, client_id, k,
-        get_json_object(el, '$.column') AS col, get_json_object(el, '$.value') AS v
-      FROM e LATERAL VIEW explode(from_json(`columns`, 'array<string>')) ex AS el
-      WHERE op <> {_lit(DELETE)}
-    ) WHERE col IN ({names})
-  )
-),
-deletes AS (
-  SELECT row_id, hlc AS xh, client_id AS xc, k AS xk FROM (
-    SELECT row_id, hlc, client_id, k,
-      row_number() OVER (PARTITION BY row_id ORDER BY hlc DESC, k DESC) AS rn
-    FROM e WHERE op = {_lit(DELETE)}
-  ) WHERE rn = 1
-),
-touched AS (SELECT row_id, max(`cursor`) AS cur FROM e GROUP BY row_id),
-cells AS (
-  SELECT a.row_id, a.dh, a.dk, a.h AS sh, {_key("a.cl")} AS sk, a.cl AS sc, a.v AS sv,
-    w.hlc AS wh, w.k AS wk, w.client_id AS wc, w.v AS wv
-  FROM (SELECT st.row_id, st.dh, st.dk, c.* FROM st LATERAL VIEW inline(st.cells) c) a
-  LEFT JOIN (SELECT * FROM writes WHERE rn = 1) w ON w.row_id = a.row_id AND w.col = a.col
+    SELECT row_id, `cursor`, hlc, client_id, k,
+      get_json_object(el, '$.column') AS col, get_json_object(el, '$.value') AS v
+    FROM e LATERAL VIEW explode(from_json(`columns`, 'array<string>')) ex AS el
+    WHERE op <> {_lit(DELETE)}
+  ) WHERE col IN ({names})
+  GROUP BY row_id, col
 ),
 checked AS (
   SELECT row_id, bool_and({col_ok}) AS cells_ok, bool_or(sh IS NOT NULL) AS any_cell
-  FROM cells GROUP BY row_id
-),
-verdict AS (
-  SELECT coalesce(r.row_id, t.row_id) AS row_id,
-    (r.row_id IS NULL OR t.row_id IS NULL OR NOT (r.cur = t.cur AND ({delete_ok})
-      AND (r.live <=> coalesce(k.any_cell, false)) AND coalesce(k.cells_ok, true))) AS bad
-  FROM st r
-  FULL OUTER JOIN touched t ON r.row_id = t.row_id
-  LEFT JOIN deletes x ON x.row_id = coalesce(r.row_id, t.row_id)
-  LEFT JOIN checked k ON k.row_id = r.row_id
+  FROM (
+    SELECT a.row_id, a.dh, a.dk, a.h AS sh, {_key("a.cl")} AS sk, a.cl AS sc, a.v AS sv,
+      w.w.wh AS wh, w.w.wk AS wk, w.w.wc AS wc, w.w.wv AS wv
+    FROM (SELECT st.row_id, st.dh, st.dk, c.* FROM st LATERAL VIEW inline(st.cells) c) a
+    LEFT JOIN writes w ON w.row_id = a.row_id AND w.col = a.col
+  ) GROUP BY row_id
 )
-SELECT row_id, bad, (SELECT count(*) FROM e) AS entries,
-  (SELECT count(*) FROM e_all) - (SELECT count(*) FROM e) AS unmerged
-FROM verdict
+SELECT coalesce(r.row_id, t.row_id) AS row_id, r.cur AS cur, t.n AS entries,
+  (r.row_id IS NULL OR t.row_id IS NULL OR NOT (r.cur = t.cur AND ({delete_ok})
+    AND (r.live <=> coalesce(k.any_cell, false)) AND coalesce(k.cells_ok, true))) AS bad
+FROM st r
+FULL OUTER JOIN touched t ON r.row_id = t.row_id
+LEFT JOIN checked k ON k.row_id = r.row_id
 """
 
 
@@ -296,36 +287,32 @@ def state_differences(
     spark: SparkSession, gw: str, schema: TableSchema, rng: CursorRange
 ) -> StateDifferences:
     """Compare ``schema``'s state table with the replay of ``rng`` (counts and a sample)."""
-    name = state_table(gw, log_table(schema))
-    verdict = spark.sql(state_replay_sql(deltas_table(gw), name, schema, rng))
+    name, log = state_table(gw, log_table(schema)), deltas_table(gw)
+    first, last = int(rng.first), int(rng.last)
+    # First the state's last cursor in the range and the range's entries (one cheap, pruned
+    # job): entries past that cursor are not merged yet, and a range without state rows needs
+    # no replay.
+    head = spark.sql(
+        f"SELECT (SELECT max({q(CURSOR_COL)}) FROM {name} "
+        f"WHERE {q(CURSOR_COL)} BETWEEN {first} AND {last}) AS top, "
+        f"(SELECT count(*) FROM {log} WHERE `table` = {_lit(log_table(schema))} "
+        f"AND `cursor` BETWEEN {first} AND {last}) AS n"
+    ).collect()[0]
+    in_range = int(head["n"])
+    if head["top"] is None:
+        return StateDifferences(0, 0, in_range, 0, [])
+    top = int(head["top"])
+    verdict = spark.sql(state_replay_sql(log, name, schema, CursorRange(first, top)))
     figures = verdict.selectExpr(
-        "count(row_id) AS rows",
-        "count_if(bad) AS differ",
-        "max(entries) AS entries",
-        "max(unmerged) AS unmerged",
+        "count(row_id) AS rows", "count_if(bad) AS differ", "coalesce(sum(entries), 0) AS n"
     ).collect()[0]
     differ = int(figures["differ"])
     sample: list[str] = []
     if differ:
         bad = verdict.filter("bad").select("row_id").orderBy("row_id").limit(SAMPLE).collect()
         sample = [str(r["row_id"]) for r in bad]
-    if not int(figures["rows"]):
-        entries = spark.sql(_range_entries(gw, schema, rng)).collect()[0]["n"]
-        return StateDifferences(0, 0, int(entries), 0, [])
-    return StateDifferences(
-        int(figures["rows"]),
-        int(figures["entries"] or 0),
-        int(figures["unmerged"] or 0),
-        differ,
-        sample,
-    )
-
-
-def _range_entries(gw: str, schema: TableSchema, rng: CursorRange) -> str:
-    return (
-        f"SELECT count(*) AS n FROM {deltas_table(gw)} WHERE `table` = "
-        f"{_lit(log_table(schema))} AND `cursor` BETWEEN {int(rng.first)} AND {int(rng.last)}"
-    )
+    entries = int(figures["n"])
+    return StateDifferences(int(figures["rows"]), entries, in_range - entries, differ, sample, top)
 
 
 def state_rows(
