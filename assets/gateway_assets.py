@@ -328,7 +328,8 @@ def _build_checks(
     @dg.asset_check(
         asset=deltas_key,
         name="exactly_once",
-        description="Every WAL entry up to the lake watermark is in the change log exactly once.",
+        description="Every WAL entry the latest flush committed is in the change log exactly once "
+        "(the whole log: exactly_once_audit, job audit_<gw>).",
     )
     def log_exactly_once(lakesync: LakeSyncResource) -> dg.AssetCheckResult:
         return check_result(check_log_exactly_once(lakesync.context(), gw))
