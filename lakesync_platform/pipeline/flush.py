@@ -59,7 +59,7 @@ def check_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
     them alone). Costs what the flush wrote: counts over its cursor range."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("check of the change log", gw):
-        return _check_log(ctx, spark, gw, latest_flush_range(spark, gw))
+        return _check_log(ctx, spark, gw, latest_flush_range(spark, ctx.lake_catalog, gw))
 
 
 def audit_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
@@ -67,7 +67,7 @@ def audit_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
     job; Spark aggregates over the whole log, nothing collected)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("audit of the change log", gw):
-        return _check_log(ctx, spark, gw, whole_log_range(spark, gw))
+        return _check_log(ctx, spark, gw, whole_log_range(spark, ctx.lake_catalog, gw))
 
 
 def _check_log(

@@ -211,7 +211,9 @@ def check_destination_matches_state(
     equal, dead rows deleted (only those rows are read, on both sides)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"check of {destination}.{table}", gw):
-        return _check_destination(ctx, spark, gw, destination, table, latest_flush_range(spark, gw))
+        return _check_destination(
+            ctx, spark, gw, destination, table, latest_flush_range(spark, ctx.lake_catalog, gw)
+        )
 
 
 def audit_destination_matches_state(
@@ -221,7 +223,9 @@ def audit_destination_matches_state(
     ``AUDIT_BATCH`` rows looked up in the destination (the audit job)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"audit of {destination}.{table}", gw):
-        return _check_destination(ctx, spark, gw, destination, table, whole_log_range(spark, gw))
+        return _check_destination(
+            ctx, spark, gw, destination, table, whole_log_range(spark, ctx.lake_catalog, gw)
+        )
 
 
 AUDIT_BATCH = 5_000

@@ -42,7 +42,7 @@ def check_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckO
     """
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"check of the state of {table}", gw):
-        return _check_state(ctx, spark, gw, table, latest_flush_range(spark, gw))
+        return _check_state(ctx, spark, gw, table, latest_flush_range(spark, ctx.lake_catalog, gw))
 
 
 def audit_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckOutcome:
@@ -50,7 +50,7 @@ def audit_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckO
     of every log entry of its table (the audit job)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"audit of the state of {table}", gw):
-        return _check_state(ctx, spark, gw, table, whole_log_range(spark, gw))
+        return _check_state(ctx, spark, gw, table, whole_log_range(spark, ctx.lake_catalog, gw))
 
 
 def _check_state(

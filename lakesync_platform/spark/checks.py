@@ -49,6 +49,7 @@ from .layout import (
 from .snapshots import ancestors
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import SparkSession
 
 __all__ = [
@@ -91,19 +92,19 @@ class CursorRange:
         return f"{self.first}..{self.last}"
 
 
-def latest_flush_range(spark: SparkSession, gw: str) -> CursorRange:
+def latest_flush_range(spark: SparkSession, catalog: Catalog, gw: str) -> CursorRange:
     """The WAL range of ``gw``'s latest flush commit (empty, at the watermark, when the lineage
-    holds none)."""
-    for snapshot in ancestors(spark, deltas_table(gw)) if _log_exists(spark, gw) else ():
+    holds none); the snapshots are read by pyiceberg from ``catalog``."""
+    for snapshot in ancestors(catalog, deltas_table(gw)) if _log_exists(spark, gw) else ():
         if WAL_FROM_PROP in snapshot.summary and WAL_TO_PROP in snapshot.summary:
             return CursorRange(snapshot.int_prop(WAL_FROM_PROP), snapshot.int_prop(WAL_TO_PROP))
-    mark = lake_watermark(spark, gw).cursor
+    mark = lake_watermark(spark, gw, catalog).cursor
     return CursorRange(mark + 1, mark)
 
 
-def whole_log_range(spark: SparkSession, gw: str) -> CursorRange:
+def whole_log_range(spark: SparkSession, catalog: Catalog, gw: str) -> CursorRange:
     """Every cursor up to ``gw``'s lake watermark."""
-    return CursorRange(1, lake_watermark(spark, gw).cursor)
+    return CursorRange(1, lake_watermark(spark, gw, catalog).cursor)
 
 
 def _log_exists(spark: SparkSession, gw: str) -> bool:
