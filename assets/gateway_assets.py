@@ -24,6 +24,7 @@ import dagster as dg
 
 from lakesync_platform.core.schema import TableSchema
 from lakesync_platform.declarations import DestinationDecl
+from lakesync_platform.pipeline.compaction import compact_due
 from lakesync_platform.pipeline.context import CheckOutcome
 from lakesync_platform.pipeline.flush import check_log_exactly_once, run_flush
 from lakesync_platform.pipeline.materialise import (
@@ -33,6 +34,7 @@ from lakesync_platform.pipeline.materialise import (
     run_materialise,
 )
 from lakesync_platform.pipeline.state import check_state_matches_log, run_state
+from lakesync_platform.spark.layout import DELTAS_TABLE
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
@@ -156,19 +158,33 @@ def build_gateway_defs(
                 # Tables registered after this code location loaded flow through as well; their
                 # assets appear on the next reload.
                 selected += [t for t in ctx.tables(gw) if t not in state_keys]
-            for r in run_state(ctx, gw, selected):
+            merged = run_state(ctx, gw, selected)
+            # The lake stays compact: tables past the small-file threshold are compacted here.
+            compacted = {c.table: c for c in compact_due(ctx, gw)}
+            for r in merged:
                 if r.table not in state_keys:
                     context.log.info(f"state of runtime-registered table {r.table!r}: {r}")
                     continue
-                yield dg.MaterializeResult(
-                    asset_key=state_keys[r.table],
-                    metadata={
-                        "rows_changed": r.rows_changed,
-                        "live_changed": r.live_changed,
-                        "log_range": f"{r.from_cursor}..{r.to_cursor}",
-                        "seconds": round(r.seconds, 3),
-                        "snapshot_id": str(r.snapshot_id),
-                    },
+                metadata: dict[str, object] = {
+                    "rows_changed": r.rows_changed,
+                    "live_changed": r.live_changed,
+                    "log_range": f"{r.from_cursor}..{r.to_cursor}",
+                    "seconds": round(r.seconds, 3),
+                    "snapshot_id": str(r.snapshot_id),
+                }
+                done = compacted.get(r.table)
+                if done is not None:
+                    metadata["compacted_files"] = (
+                        f"{done.before.data_files}+{done.before.delete_files} → "
+                        f"{done.after.data_files}+{done.after.delete_files} in "
+                        f"{done.seconds:.2f}s"
+                    )
+                yield dg.MaterializeResult(asset_key=state_keys[r.table], metadata=metadata)
+            if DELTAS_TABLE in compacted:
+                log = compacted[DELTAS_TABLE]
+                context.log.info(
+                    f"compacted the change log: {log.before.data_files} → "
+                    f"{log.after.data_files} data files in {log.seconds:.2f}s"
                 )
 
         assets.append(state)

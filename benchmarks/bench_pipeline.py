@@ -224,7 +224,7 @@ def bench_round(
         adapter.drop_table("todos")
         adapter.drop_table("lakesync_materialise_watermarks")
         with meter.section(r, "materialise"):
-            result = materialise_table(spark, lake, gw, SCHEMA, adapter, rows_catalog=catalog)
+            result = materialise_table(spark, lake, gw, SCHEMA, adapter)
         r["materialise_rows"] = result.upserted + result.deleted
         copied = plain_copy(spark, gw, pg_url, meter, r)
         assert copied == result.upserted, (copied, result)
@@ -239,7 +239,7 @@ def bench_round(
         with meter.section(inc, "state"):
             changed = update_state(spark, lake, gw, SCHEMA)
         with meter.section(inc, "materialise"):
-            again = materialise_table(spark, lake, gw, SCHEMA, adapter, rows_catalog=catalog)
+            again = materialise_table(spark, lake, gw, SCHEMA, adapter)
         inc["rows_changed"] = changed.rows_changed
         inc["flush_state_deltas_per_s"] = round(more / (inc["flush_s"] + inc["state_s"]))
         inc["materialise_rows"] = again.upserted + again.deleted

@@ -140,9 +140,7 @@ def main() -> None:
             _timed(
                 figures,
                 "materialise",
-                lambda: materialise_table(
-                    spark, ctx.lake_catalog, gw, SCHEMA, dest, rows_catalog=ctx.iceberg_catalog
-                ),
+                lambda: materialise_table(spark, ctx.lake_catalog, gw, SCHEMA, dest),
             )
         first = ctx.lake_catalog.load_table((gw, "todos")).metadata.snapshots[0]
         compacted = _timed(figures, "compact", lambda: run_compaction(ctx, gw))

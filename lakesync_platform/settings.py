@@ -62,7 +62,9 @@ __all__ = [
     "ENV_CHECKPOINT_CHUNK_BYTES",
     "ENV_CHECKPOINT_EVERY_ENTRIES",
     "ENV_CHECKPOINT_GRACE_SECONDS",
+    "ENV_COMPACT_EVERY_FILES",
     "ENV_COMPACT_MIN_INPUT_FILES",
+    "ENV_COMPACT_SMALL_FILE_BYTES",
     "ENV_COMPACT_TARGET_FILE_BYTES",
     "ENV_DATA_DIR",
     "ENV_DEDUP_RETENTION_SECONDS",
@@ -143,6 +145,11 @@ ENV_ORPHAN_AGE_SECONDS = "LAKESYNC_ORPHAN_AGE_SECONDS"
 ENV_COMPACT_MIN_INPUT_FILES = "LAKESYNC_COMPACT_MIN_INPUT_FILES"
 ENV_COMPACT_TARGET_FILE_BYTES = "LAKESYNC_COMPACT_TARGET_FILE_BYTES"
 ENV_MAX_SMALL_FILES = "LAKESYNC_MAX_SMALL_FILES"
+# Compaction inside the sync job (lakesync_platform/pipeline/compaction.py): a table is compacted
+# once this many data and delete files were added since its last rewrite (0: never in the job)…
+ENV_COMPACT_EVERY_FILES = "LAKESYNC_COMPACT_EVERY_FILES"
+# …and files under this size count as small there (the daily upkeep uses 75 % of the target).
+ENV_COMPACT_SMALL_FILE_BYTES = "LAKESYNC_COMPACT_SMALL_FILE_BYTES"
 ENV_UPKEEP_CRON = "LAKESYNC_UPKEEP_CRON"
 ENV_WAL_RETENTION_SECONDS = "LAKESYNC_WAL_RETENTION_SECONDS"
 ENV_WAL_RETENTION_ENTRIES = "LAKESYNC_WAL_RETENTION_ENTRIES"
@@ -600,7 +607,11 @@ class UpkeepSettings:
     * ``delete_file_threshold`` — a state-table data file with this many delete files is
       rewritten with its deletes applied (1: every one, so a compacted table reads without
       merge-on-read deletes);
-    * ``cron`` — when the upkeep job runs.
+    * ``cron`` — when the upkeep job runs;
+    * ``compact_every_files`` — the sync job compacts a table once this many data and delete
+      files were added to it since its last rewrite (0: only the upkeep job compacts), rewriting
+      the files under ``compact_small_file_bytes`` and merging delete files, never the large
+      files (their deletes wait for Iceberg's delete-ratio threshold or the daily upkeep).
     """
 
     snapshot_retention_s: float = DEFAULT_SNAPSHOT_RETENTION_S
@@ -610,6 +621,8 @@ class UpkeepSettings:
     max_small_files: int = 10
     delete_file_threshold: int = 1
     cron: str = DEFAULT_UPKEEP_CRON
+    compact_every_files: int = 16
+    compact_small_file_bytes: int = 8 * 1024 * 1024
 
     @property
     def small_file_bytes(self) -> int:
@@ -638,6 +651,10 @@ class UpkeepSettings:
             target_file_bytes=count(ENV_COMPACT_TARGET_FILE_BYTES, default.target_file_bytes, 1024),
             max_small_files=count(ENV_MAX_SMALL_FILES, default.max_small_files, 1),
             cron=env.get(ENV_UPKEEP_CRON) or default.cron,
+            compact_every_files=count(ENV_COMPACT_EVERY_FILES, default.compact_every_files, 0),
+            compact_small_file_bytes=count(
+                ENV_COMPACT_SMALL_FILE_BYTES, default.compact_small_file_bytes, 1024
+            ),
         )
 
 

@@ -327,7 +327,10 @@ def _run_stage(ctx: PipelineContext, stage: str, gw: str, progress: Progress) ->
         trimmed: list[StageResult] = [run_trim(ctx, gw)]
         return trimmed + list(run_tiering(ctx, gw)) if stage == "lifecycle" else trimmed
     if stage == "state":
-        return list(run_state(ctx, gw))
+        from ..pipeline.compaction import compact_due
+
+        merged: list[StageResult] = list(run_state(ctx, gw))
+        return merged + list(compact_due(ctx, gw))
     done = run_materialise(ctx, gw)
     for failure in done.failures:
         click.echo(

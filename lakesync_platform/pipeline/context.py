@@ -205,14 +205,6 @@ class PipelineContext:
         except ValueError as exc:
             raise LakeSyncError(f"the lake's catalog cannot be read by pyiceberg: {exc}") from exc
 
-    @cached_property
-    def iceberg_catalog(self) -> Catalog | None:
-        """:attr:`lake_catalog` where the driver also reads the rows directly (a ``file:``
-        warehouse: materialise), else ``None`` (Spark reads them)."""
-        if not str(self.lake_catalog.properties.get("warehouse", "")).startswith("file:"):
-            return None
-        return self.lake_catalog
-
     @property
     def wal(self) -> WriteAheadLog:
         """The WAL (opened on first use)."""

@@ -149,7 +149,6 @@ def _materialise(
                         gw,
                         schema,
                         destination,
-                        rows_catalog=ctx.iceberg_catalog,
                         tier=tier,
                     )
                 )

@@ -9,7 +9,7 @@ Running twice, or after a crash, applies the same rows again: the result is the 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -17,9 +17,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
-from .arrow import collect_arrow
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
-from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,17 +83,24 @@ def changed_rows(state: DataFrame, schema: TableSchema, after: int) -> DataFrame
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
 ) -> pa.Table:
-    """:func:`changed_rows` read by pyiceberg straight into Arrow (position deletes applied)."""
-    return _read_arrow_at(catalog, gw, schema, after, ensure)[0]
+    """:func:`changed_rows` read by pyiceberg straight into one Arrow table (position deletes
+    applied): the whole batch at once, for tests and small reads."""
+    import pyarrow as pa
+
+    reader, _ = _read_batches(catalog, gw, schema, after, ensure)
+    return pa.Table.from_batches(list(reader), schema=reader.schema)
 
 
-def _read_arrow_at(
+def _read_batches(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
-) -> tuple[pa.Table, int | None]:
-    """:func:`_read_arrow`, and the snapshot it read.
+) -> tuple[pa.RecordBatchReader, int | None]:
+    """:func:`changed_rows` as a stream of Arrow record batches read by pyiceberg, and the
+    snapshot it reads: the files are read one after the other, so memory holds a batch, not
+    the table (a first load of a large table never holds it on the driver).
 
     ``ensure`` creates or evolves the state table; it runs only when the table is missing or
     lacks a column of ``schema``."""
+    import pyarrow as pa
     from pyiceberg.exceptions import NoSuchTableError
     from pyiceberg.expressions import GreaterThan, Reference
     from pyiceberg.expressions.literals import literal
@@ -117,9 +122,38 @@ def _read_arrow_at(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
     )
-    rows = scan.to_arrow()
-    renamed = rows.select([*names, LIVE_COL, CURSOR_COL])
-    return renamed.rename_columns([*names, "live", "cursor"]), snapshot_id
+    source = scan.to_arrow_batch_reader()
+    out_names = [*names, "live", "cursor"]
+    picked = [source.schema.field(n) for n in (*names, LIVE_COL, CURSOR_COL)]
+    out_schema = pa.schema([f.with_name(n) for f, n in zip(picked, out_names, strict=True)])
+
+    def renamed() -> Iterator[pa.RecordBatch]:
+        for batch in source:
+            if batch.num_rows:
+                columns = [batch.column(n) for n in (*names, LIVE_COL, CURSOR_COL)]
+                yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
+
+    return pa.RecordBatchReader.from_batches(out_schema, renamed()), snapshot_id
+
+
+def _rebatched(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """``batches`` regrouped into tables of about ``rows`` rows (at most ``rows`` plus one
+    incoming batch is held): one destination statement per group, however small the lake's
+    files are."""
+    import pyarrow as pa
+
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        while count >= rows:
+            table = pa.Table.from_batches(held)
+            yield table.slice(0, rows)
+            rest = table.slice(rows)
+            held, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(held)
 
 
 def materialise_table(
@@ -130,16 +164,14 @@ def materialise_table(
     destination: Destination[TxT],
     dest_table: str | None = None,
     *,
-    rows_catalog: Catalog | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
     tier: ColdTier[TxT] | None = None,
 ) -> MaterialiseResult:
     """Apply the state rows of ``schema`` changed since ``destination``'s watermark.
 
-    ``catalog``: pyiceberg over the session's catalog (the state table's current snapshot);
-    ``rows_catalog``: a pyiceberg catalog the driver reads the rows with itself (see
-    ``local_pyiceberg_catalog``; else Spark reads them).
+    ``catalog``: pyiceberg over the session's catalog, which reads the changed rows (any
+    warehouse: local disk or object storage) as a stream of batches.
     ``tier``: the table's cold tier (a destination with a ``lifecycle``): changed rows that
     went cold are promoted back first, and released from the cold tier after the commit.
     """
@@ -149,21 +181,13 @@ def materialise_table(
     dest = check_identifier(dest_table or schema.table, "table")
     key = watermark_key(gw, schema, dest)
     mark = destination.watermark(key)
-    # One read of one snapshot of the state: the batch and its top cursor agree. The rows end
-    # up on the driver either way, so where the driver can read the lake itself (``catalog``,
-    # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
-    if rows_catalog is not None:
-        changed, snapshot_id = _read_arrow_at(
-            rows_catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
-        )
-    else:
-        # The current snapshot, read with the current schema (a snapshot named by id is read
-        # with the schema it was written with); the stage holds the lake's lock, so nothing
-        # commits between the two.
-        name = ensure_state_table(spark, gw, schema)
-        current = current_snapshot(catalog, name)
-        snapshot_id = None if current is None else current.snapshot_id
-        changed = collect_arrow(changed_rows(spark.table(name), schema, mark))
+    # One read of one snapshot of the state, streamed: pyiceberg reads the changed rows file by
+    # file into Arrow batches of at most _BATCH rows, each applied before the next is read, so
+    # the driver holds a batch, not the table. Its top cursor becomes the watermark, in the
+    # same destination transaction.
+    reader, snapshot_id = _read_batches(
+        catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
+    )
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     top = mark
@@ -172,22 +196,24 @@ def materialise_table(
     # the rows and the watermark, which fails the whole run if another run moved it meanwhile.
     with destination.transaction() as conn:
         created = destination.ensure_table_in(conn, schema, dest)
-        if changed.num_rows:
-            top = int(pc.max(changed.column("cursor")).as_py())
-            # A first load into an empty table: rows are inserted as they are, dead ones skipped.
-            empty = created or (mark == 0 and destination.is_empty(conn, dest))
-            for offset in range(0, changed.num_rows, _BATCH):
-                batch = changed.slice(offset, _BATCH)
-                if tier is not None and not empty:
-                    tier.promote(conn, batch.column("row_id").to_pylist())
-                live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
-                upserted += destination.upsert_arrow(
-                    conn, schema, live, synced_at, dest, empty_target=empty
-                )
-                if not empty:
-                    dead = batch.filter(pc.invert(batch.column("live")))
-                    ids = dead.column("row_id").to_pylist()
-                    deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
+        empty: bool | None = None
+        for batch in _rebatched(reader, _BATCH):
+            if empty is None:
+                # A first load into an empty table: rows are inserted as they are, dead ones
+                # skipped.
+                empty = created or (mark == 0 and destination.is_empty(conn, dest))
+            top = max(top, int(pc.max(batch.column("cursor")).as_py()))
+            if tier is not None and not empty:
+                tier.promote(conn, batch.column("row_id").to_pylist())
+            live = batch.filter(pc.equal(batch.column("live"), True)).select(value_names)
+            upserted += destination.upsert_arrow(
+                conn, schema, live, synced_at, dest, empty_target=empty
+            )
+            if not empty:
+                dead = batch.filter(pc.invert(batch.column("live")))
+                ids = dead.column("row_id").to_pylist()
+                deleted += destination.delete_rows(conn, schema, ids, synced_at, dest)
+        if top != mark:
             destination.set_watermark(conn, key, top, expected=mark)
     if tier is not None:
         tier.release()

@@ -57,11 +57,14 @@ __all__ = [
     "ExpiryResult",
     "TableFiles",
     "UpkeepPolicy",
+    "compact_small_files",
     "compact_table",
     "expire_table",
     "expiry_cutoff",
     "files_in",
+    "files_since_rewrite",
     "rewrite_options",
+    "small_rewrite_options",
     "table_files",
     "upkeep_commit",
 ]
@@ -448,3 +451,99 @@ def _hidden(path: str, root: str) -> bool:
 
     relative = bare(path).removeprefix(bare(root)).lstrip("/")
     return any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def files_since_rewrite(history: TableHistory) -> int:
+    """Pure: how many data and delete files the commits since the table's last rewrite added
+    (all of its lineage when it was never rewritten): what compaction in the sync job waits
+    for (:func:`compact_small_files`)."""
+    added = 0
+    for snapshot in history.ancestors():
+        if snapshot.operation == "replace":
+            break
+        summary = snapshot.summary
+        added += int(summary.get("added-data-files", "0"))
+        added += int(summary.get("added-delete-files", "0"))
+    return added
+
+
+def small_rewrite_options(small_file_bytes: int, *, state: bool) -> dict[str, str]:
+    """Pure: ``rewrite_data_files`` options that rewrite only a table's small files: those under
+    ``small_file_bytes`` (at least two of them in a partition), into files of up to 128 MiB.
+    Large files are left as they are, their merge-on-read deletes included, so the cost follows
+    what was added since the last rewrite, not the table — until Iceberg's delete-ratio
+    threshold (30 % of a file's rows deleted) makes a large file worth rewriting too."""
+    options = {
+        "min-input-files": "2",
+        "min-file-size-bytes": str(small_file_bytes),
+        "target-file-size-bytes": str(max(small_file_bytes * 16, 128 * 1024 * 1024)),
+        "delete-file-threshold": str(2**31 - 1),
+        # As in rewrite_options: the lake's lock keeps other writers out meanwhile.
+        "use-starting-sequence-number": "false",
+    }
+    if state:
+        options["remove-dangling-deletes"] = "true"
+    return options
+
+
+def compact_small_files(
+    spark: SparkSession,
+    catalog: Catalog,
+    gw: str,
+    table: str,
+    qualified: str,
+    small_file_bytes: int,
+    *,
+    sort_by_row_id: bool,
+    properties: Mapping[str, str] = {},
+    clock: Callable[[], float] = time.monotonic,
+) -> CompactionResult:
+    """Rewrite ``qualified``'s small data files (:func:`small_rewrite_options`) and merge its
+    position delete files (two or more in a partition), then, when a step committed and
+    ``properties`` are given, commit them as :func:`compact_table` does (the change log's lake
+    watermark). The light compaction the sync job runs once :func:`files_since_rewrite` passes
+    its threshold; the daily upkeep (:func:`compact_table`) rewrites everything."""
+    started = clock()
+    before_history = history_from_pyiceberg(load_table(catalog, qualified))
+    before = files_in(before_history)
+    rewritten = added = rewritten_deletes = 0
+    if before.data_files > 1:
+        strategy = (
+            "'sort', sort_order => 'row_id ASC NULLS FIRST'" if sort_by_row_id else "'binpack'"
+        )
+        options = _options(small_rewrite_options(small_file_bytes, state=sort_by_row_id))
+        rows = _call(
+            spark, "rewrite_data_files", qualified, f"strategy => {strategy}, options => {options}"
+        )
+        rewritten = _first(rows, "rewritten_data_files_count")
+        added = _first(rows, "added_data_files_count")
+        rewritten_deletes = _first(rows, "removed_delete_files_count")
+    if files_in(history_from_pyiceberg(load_table(catalog, qualified))).delete_files > 1:
+        rows = _call(
+            spark,
+            "rewrite_position_delete_files",
+            qualified,
+            f"options => {_options({'min-input-files': '2'})}",
+        )
+        rewritten_deletes += _first(rows, "rewritten_delete_files_count")
+    after_history = history_from_pyiceberg(load_table(catalog, qualified))
+    if properties and after_history.current_id != before_history.current_id:
+        _commit_properties(spark, qualified, {**properties, UPKEEP_PROP: "watermark"})
+        after_history = history_from_pyiceberg(load_table(catalog, qualified))
+    new = [
+        s.snapshot_id
+        for s in after_history.ancestors()
+        if before_history.snapshot(s.snapshot_id) is None
+    ]
+    return CompactionResult(
+        gw,
+        table,
+        before,
+        files_in(after_history),
+        rewritten,
+        added,
+        rewritten_deletes,
+        0,
+        tuple(reversed(new)),
+        clock() - started,
+    )
