@@ -191,10 +191,14 @@ def start_server(
     *,
     log_path: Path | None = None,
     new_session: bool = True,
+    die_with_parent: bool = True,
 ) -> subprocess.Popen[bytes]:
     """Start a Connect server for ``settings`` on ``port`` in the background and record it in
     the data directory; return its process (the caller waits with :func:`wait_for_server` and
-    stops it). Its output goes to ``log_path`` (default ``<data-dir>/logs/spark-connect.log``)."""
+    stops it). Its output goes to ``log_path`` (default ``<data-dir>/logs/spark-connect.log``).
+    With ``die_with_parent`` the server gets SIGTERM when the process that started it dies,
+    however it dies (Linux's parent-death signal), so a killed ``lakesync dev`` or test run
+    leaves no JVM holding the port."""
     cmd, launch_env = server_command(settings, port, env)
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
@@ -208,6 +212,7 @@ def start_server(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=new_session,
+            preexec_fn=_parent_death_signal if die_with_parent else None,
         )
     record = ServerRecord(
         f"sc://127.0.0.1:{port}",
@@ -221,6 +226,16 @@ def start_server(
     tmp.write_text(json.dumps(asdict(record)))
     tmp.replace(path)
     return proc
+
+
+def _parent_death_signal() -> None:
+    """In the child before ``exec``: SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``;
+    kept across the launcher's ``exec`` of the JVM). A no-op where Linux's prctl is missing."""
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def wait_for_server(
