@@ -35,6 +35,7 @@ from lakesync_platform.settings import (
     ENV_WAREHOUSE,
     PipelineSettings,
 )
+from resources.audit_runs import audit_job_name
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import checkpoint_job_name, lifecycle_job_name, sync_job_name
 from resources.upkeep_runs import upkeep_job_name
@@ -43,12 +44,14 @@ from sensors.checkpoints import build_checkpoint_sensor
 from sensors.connectors import build_connector_sensor
 from sensors.flush_requests import build_flush_request_sensor, build_request_failure_sensor
 from sensors.schedules import (
+    build_audit_schedule,
     build_checkpoint_schedule,
     build_lifecycle_schedule,
     build_sync_schedule,
     build_upkeep_schedule,
 )
 
+from .audit_assets import build_audit_defs
 from .checkpoint_assets import build_checkpoint_defs
 from .connector_assets import build_connector_defs
 from .gateway_assets import build_gateway_defs
@@ -136,6 +139,8 @@ def build_definitions(env: Mapping[str, str]) -> dg.Definitions:
                 ],
             )
         )
+        per_gateway.append(build_audit_defs(gw, tables[gw], hot))
+        per_gateway.append(dg.Definitions(schedules=[build_audit_schedule(audit_job_name(gw))]))
         per_gateway.append(build_upkeep_defs(gw, tables[gw]))
         per_gateway.append(
             dg.Definitions(schedules=[build_upkeep_schedule(upkeep_job_name(gw), upkeep_cron)])

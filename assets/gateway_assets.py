@@ -36,7 +36,14 @@ from lakesync_platform.pipeline.state import check_state_matches_log, run_state
 from resources.lakesync import LakeSyncResource
 from resources.sync_runs import FLUSH_REQUESTS_TAG, GATEWAY_TAG, sync_job_name
 
-__all__ = ["LAYER_TAG", "ROLE_TAG", "build_gateway_defs", "lake_asset_keys"]
+__all__ = [
+    "LAYER_TAG",
+    "ROLE_TAG",
+    "build_gateway_defs",
+    "check_result",
+    "destination_asset_keys",
+    "lake_asset_keys",
+]
 
 LAYER_TAG = "lakesync/layer"
 """Asset tag naming where an asset's data lives: ``lake`` (Iceberg) or ``destination``."""
@@ -67,6 +74,19 @@ def lake_asset_keys(gw: str, tables: Iterable[str]) -> list[dg.AssetKey]:
     return [dg.AssetKey([part, "lakesync_deltas"]), *states]
 
 
+def destination_asset_keys(
+    gw: str, tables: Iterable[str], destinations: Mapping[str, DestinationDecl]
+) -> dict[tuple[str, str], dg.AssetKey]:
+    """The key of each destination table, by ``(destination, table)``."""
+    part = _key_part(gw)
+    return {
+        (d, t): dg.AssetKey([part, d, t])
+        for d, dest in destinations.items()
+        for t in tables
+        if dest.covers(t)
+    }
+
+
 def build_gateway_defs(
     gw: str, tables: Mapping[str, TableSchema], destinations: Mapping[str, DestinationDecl]
 ) -> dg.Definitions:
@@ -74,12 +94,7 @@ def build_gateway_defs(
     part = _key_part(gw)
     deltas_key, *state_asset_keys = lake_asset_keys(gw, tables)
     state_keys = dict(zip(tables, state_asset_keys, strict=True))
-    dest_keys = {
-        (d, t): dg.AssetKey([part, d, t])
-        for d, dest in destinations.items()
-        for t in tables
-        if dest.covers(t)
-    }
+    dest_keys = destination_asset_keys(gw, tables, destinations)
 
     @dg.asset(
         key=deltas_key,
@@ -216,9 +231,12 @@ def build_gateway_defs(
 
     best_effort = frozenset(d for d, dest in destinations.items() if not dest.primary)
     checks = _build_checks(gw, deltas_key, state_keys, dest_keys, best_effort)
+    # The group's assets with these checks only: the audit's checks on the same assets run in
+    # their own job (assets.audit_assets).
+    own_checks = dg.AssetSelection.checks(*(k for c in checks for k in c.check_keys))
     job = dg.define_asset_job(
         sync_job_name(gw),
-        selection=dg.AssetSelection.groups(part),
+        selection=dg.AssetSelection.groups(part).without_checks() | own_checks,
         description=f"Flush gateway {gw!r} to the lake, merge state, materialise destinations.",
         tags={GATEWAY_TAG: gw},
     )
@@ -255,12 +273,12 @@ def _destination_checks(
         for table, key in keys.items():
             if dg.AssetCheckKey(key, "matches_state") in selected:
                 outcome = check_destination_matches_state(lakesync.context(), gw, dest_name, table)
-                yield _check_result(
+                yield check_result(
                     outcome, asset_key=key, check_name="matches_state", severity=severity
                 )
             if dg.AssetCheckKey(key, "lag_behind_primary") in selected:
                 outcome = check_destination_lag(lakesync.context(), gw, dest_name, table)
-                yield _check_result(
+                yield check_result(
                     outcome, asset_key=key, check_name="lag_behind_primary", severity=severity
                 )
 
@@ -279,11 +297,12 @@ def _lag_tags(run: MaterialiseRun) -> dict[str, str]:
     return out
 
 
-def _check_result(
+def check_result(
     outcome: CheckOutcome,
     severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR,
     **target: str | dg.AssetKey,
 ) -> dg.AssetCheckResult:
+    """A check's outcome as Dagster's result (list metadata joined for the UI)."""
     metadata = {
         k: ", ".join(map(str, v)) if isinstance(v, list | tuple) else v
         for k, v in outcome.metadata.items()
@@ -309,10 +328,11 @@ def _build_checks(
     @dg.asset_check(
         asset=deltas_key,
         name="exactly_once",
-        description="Every WAL entry up to the lake watermark is in the change log exactly once.",
+        description="Every WAL entry the latest flush committed is in the change log exactly once "
+        "(the whole log: exactly_once_audit, job audit_<gw>).",
     )
     def log_exactly_once(lakesync: LakeSyncResource) -> dg.AssetCheckResult:
-        return _check_result(check_log_exactly_once(lakesync.context(), gw))
+        return check_result(check_log_exactly_once(lakesync.context(), gw))
 
     checks: list[dg.AssetChecksDefinition] = [log_exactly_once]
     if state_keys:
@@ -327,7 +347,7 @@ def _build_checks(
                 if key not in selected:
                     continue
                 outcome = check_state_matches_log(lakesync.context(), gw, table)
-                yield _check_result(outcome, asset_key=key, check_name="matches_log_replay")
+                yield check_result(outcome, asset_key=key, check_name="matches_log_replay")
 
         checks.append(state_checks)
     # One check op per destination: a best-effort destination skipped in a run (it was down)

@@ -80,12 +80,12 @@ def bench_round(spark: Any, catalog: Any, emulator: BigQueryEmulator, gw: str) -
     adapter = BigQueryAdapter.connect(emulator.project, dataset, endpoint=emulator.endpoint)
     try:
         r: dict[str, Any] = {}
-        first = materialise_table(spark, gw, SCHEMA, adapter, catalog=catalog)
+        first = materialise_table(spark, catalog, gw, SCHEMA, adapter, rows_catalog=catalog)
         r["first_load_rows"] = first.upserted
         r["first_load_s"] = round(first.seconds, 3)
         r["first_load_rows_per_s"] = round(first.upserted / first.seconds)
         adapter.drop_table(WATERMARKS)
-        again = materialise_table(spark, gw, SCHEMA, adapter, catalog=catalog)
+        again = materialise_table(spark, catalog, gw, SCHEMA, adapter, rows_catalog=catalog)
         r["upsert_rows"] = again.upserted + again.deleted
         r["upsert_s"] = round(again.seconds, 3)
         r["upsert_rows_per_s"] = round(r["upsert_rows"] / again.seconds)
@@ -134,8 +134,8 @@ def main() -> None:
                 wal = WriteAheadLog.open(wal_url)
                 try:
                     wal.save_schema(gw, SCHEMA)
-                    flush_gateway(spark, wal, jdbc_source(wal_url), gw)
-                    update_state(spark, gw, SCHEMA)
+                    flush_gateway(spark, catalog, wal, jdbc_source(wal_url), gw)
+                    update_state(spark, catalog, gw, SCHEMA)
                 finally:
                     wal.close()
                 rounds = []

@@ -55,6 +55,7 @@ from typing import Any
 import sqlalchemy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.harness.cpu import spark_jvm_pid
 from benchmarks.harness.output import RESULTS, log, table, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,11 +107,12 @@ def _child(args: argparse.Namespace) -> None:
     sampler.join()
     jvm_peak = jvm_cpu = None
     if ctx._spark is not None:  # the JVM of this run, if one started
-        pid = ctx.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                jvm_peak = int(line.split()[1]) / 1024
-        jvm_cpu = _cpu_seconds(pid)  # start-up included: survives the machine's load
+        pid = spark_jvm_pid(ctx.spark)  # None on a Spark Connect client: the server's JVM
+        if pid is not None:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    jvm_peak = int(line.split()[1]) / 1024
+            jvm_cpu = _cpu_seconds(pid)  # start-up included: survives the machine's load
     wal.close()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime

@@ -62,7 +62,7 @@ import sqlalchemy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.harness.backends import PostgresBackend
-from benchmarks.harness.cpu import host_cpu, process_cpu
+from benchmarks.harness.cpu import host_cpu, process_cpu, spark_jvm_pid
 from benchmarks.harness.output import RESULTS, write_json
 from benchmarks.harness.stats import median_item
 from lakesync_platform.adapters.sql import SqlAdapter
@@ -77,6 +77,7 @@ from lakesync_platform.spark.session import (
     create_spark_session,
     local_pyiceberg_catalog,
 )
+from lakesync_platform.spark.session_catalog import session_catalog
 from lakesync_platform.spark.state import update_state
 from lakesync_platform.spark.wal_source import jdbc_source, read_wal_entries
 from lakesync_platform.testing import S3Server, demo_todos_schema
@@ -168,7 +169,7 @@ class Meter:
     """Wall time of a section and the CPU other processes used meanwhile (/proc/stat)."""
 
     def __init__(self, spark: Any) -> None:
-        self.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        self.jvm_pid = spark_jvm_pid(spark)
 
     @staticmethod
     def _host_busy() -> float:
@@ -177,7 +178,8 @@ class Meter:
 
     def _own(self) -> float:
         me = os.times()
-        return process_cpu(self.jvm_pid) + me.user + me.system
+        jvm = process_cpu(self.jvm_pid) if self.jvm_pid is not None else 0.0
+        return jvm + me.user + me.system
 
     @contextmanager
     def section(self, into: dict[str, Any], name: str) -> Iterator[None]:
@@ -198,6 +200,7 @@ def bench_round(
     rows = max(1000, n // 10)
     path = work / f"wal_{gw}.db"
     r: dict[str, Any] = {"entries": n}
+    lake = session_catalog(spark)  # the snapshot metadata; ``catalog`` reads the rows (or None)
     with meter.section(r, "fill_wal"):
         url = fill_wal(path, gw, n, rows)
     wal = WriteAheadLog.open(url)
@@ -208,9 +211,9 @@ def bench_round(
         with meter.section(r, "plain_parquet"):
             read_wal_entries(spark, source, gw, 0, n).write.parquet(str(plain_out))
         with meter.section(r, "flush"):
-            flushed = flush_gateway(spark, wal, source, gw)
+            flushed = flush_gateway(spark, lake, wal, source, gw)
         with meter.section(r, "state"):
-            merged = update_state(spark, gw, SCHEMA)
+            merged = update_state(spark, lake, gw, SCHEMA)
         assert flushed.entries == n, flushed
         ours = r["flush_s"] + r["state_s"]
         r["rows"] = merged.rows_changed
@@ -221,7 +224,7 @@ def bench_round(
         adapter.drop_table("todos")
         adapter.drop_table("lakesync_materialise_watermarks")
         with meter.section(r, "materialise"):
-            result = materialise_table(spark, gw, SCHEMA, adapter, catalog=catalog)
+            result = materialise_table(spark, lake, gw, SCHEMA, adapter, rows_catalog=catalog)
         r["materialise_rows"] = result.upserted + result.deleted
         copied = plain_copy(spark, gw, pg_url, meter, r)
         assert copied == result.upserted, (copied, result)
@@ -232,11 +235,11 @@ def bench_round(
         fill_wal(path, gw, more, rows, start=n)
         inc: dict[str, Any] = {"entries": more}
         with meter.section(inc, "flush"):
-            flush_gateway(spark, wal, source, gw)
+            flush_gateway(spark, lake, wal, source, gw)
         with meter.section(inc, "state"):
-            changed = update_state(spark, gw, SCHEMA)
+            changed = update_state(spark, lake, gw, SCHEMA)
         with meter.section(inc, "materialise"):
-            again = materialise_table(spark, gw, SCHEMA, adapter, catalog=catalog)
+            again = materialise_table(spark, lake, gw, SCHEMA, adapter, rows_catalog=catalog)
         inc["rows_changed"] = changed.rows_changed
         inc["flush_state_deltas_per_s"] = round(more / (inc["flush_s"] + inc["state_s"]))
         inc["materialise_rows"] = again.upserted + again.deleted
@@ -259,9 +262,9 @@ def flush_state_round(spark: Any, meter: Meter, work: Path, n: int) -> dict[str,
     wal = WriteAheadLog.open(url)
     try:
         with meter.section(r, "flush"):
-            flushed = flush_gateway(spark, wal, jdbc_source(url), gw)
+            flushed = flush_gateway(spark, session_catalog(spark), wal, jdbc_source(url), gw)
         with meter.section(r, "state"):
-            update_state(spark, gw, SCHEMA)
+            update_state(spark, session_catalog(spark), gw, SCHEMA)
         assert flushed.entries == n, flushed
         r["flush_state_s"] = round(r["flush_s"] + r["state_s"], 3)
         r["flush_state_deltas_per_s"] = round(n / r["flush_state_s"])

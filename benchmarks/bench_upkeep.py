@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.bench_pipeline import fill_wal
-from benchmarks.harness.cpu import host_cpu, process_cpu
+from benchmarks.harness.cpu import host_cpu, process_cpu, spark_jvm_pid
 from benchmarks.harness.output import RESULTS, log, table, write_json
 from lakesync_platform.pipeline.context import PipelineContext, spark_settings
 from lakesync_platform.pipeline.flush import run_flush
@@ -56,10 +56,11 @@ from lakesync_platform.pipeline.report import describe
 from lakesync_platform.pipeline.state import run_state
 from lakesync_platform.pipeline.upkeep import run_compaction, run_expiry
 from lakesync_platform.settings import PipelineSettings, UpkeepSettings
+from lakesync_platform.spark.arrow import collect_arrow
 from lakesync_platform.spark.history import history_from_pyiceberg, history_from_spark
 from lakesync_platform.spark.layout import deltas_table, state_table
 from lakesync_platform.spark.session import pyiceberg_catalog
-from lakesync_platform.spark.snapshots import load_table
+from lakesync_platform.spark.session_catalog import session_catalog
 from lakesync_platform.spark.upkeep import table_files
 from lakesync_platform.testing import demo_todos_schema
 
@@ -70,11 +71,12 @@ class Meter:
     """Wall time, own CPU (this process and its JVM) and the rest of the machine's CPU."""
 
     def __init__(self, spark: Any) -> None:
-        self.jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        self.jvm_pid = spark_jvm_pid(spark)
 
     def _own(self) -> float:
         me = os.times()
-        return process_cpu(self.jvm_pid) + me.user + me.system
+        jvm = process_cpu(self.jvm_pid) if self.jvm_pid is not None else 0.0
+        return jvm + me.user + me.system
 
     @contextmanager
     def section(self, into: dict[str, Any]) -> Iterator[None]:
@@ -108,7 +110,7 @@ def lake_files(spark: Any, gw: str) -> dict[str, Any]:
     """Files and bytes of the change log and the state table."""
     out = {}
     for name, qualified in (("log", deltas_table(gw)), ("state", state_table(gw, "todos"))):
-        f = table_files(spark, qualified)
+        f = table_files(session_catalog(spark), qualified)
         out[name] = {
             "data_files": f.data_files,
             "delete_files": f.delete_files,
@@ -214,7 +216,7 @@ def main() -> None:
                 meter, args.reads, lambda: history_from_pyiceberg(catalog.load_table((gw, "todos")))
             ),
             "history_spark_api": rounds(
-                meter, args.reads, lambda: history_from_spark(spark, load_table(spark, state))
+                meter, args.reads, lambda: history_from_spark(spark, state)
             ),
             "history_spark_sql": rounds(
                 meter, args.reads, lambda: spark.sql(f"SELECT * FROM {state}.snapshots").collect()
@@ -223,7 +225,7 @@ def main() -> None:
                 meter, args.reads, lambda: catalog.load_table((gw, "todos")).scan().to_arrow()
             ),
             "small_read_spark": rounds(
-                meter, args.reads, lambda: spark.table(state)._collect_as_arrow()
+                meter, args.reads, lambda: collect_arrow(spark.table(state))
             ),
         }
         log("compaction …")

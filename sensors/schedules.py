@@ -1,9 +1,10 @@
 """Periodic runs: a safety-net sync per gateway (sensors do the prompt work), lifecycle, lake
-upkeep and checkpoints."""
+upkeep, checkpoints and the whole-lake audit."""
 
 import dagster as dg
 
 __all__ = [
+    "build_audit_schedule",
     "build_checkpoint_schedule",
     "build_lifecycle_schedule",
     "build_sync_schedule",
@@ -52,4 +53,14 @@ def build_checkpoint_schedule(job_name: str, cron: str = "0 * * * *") -> dg.Sche
     in the lake since the last checkpoint writes nothing and starts no Spark session."""
     return _running_schedule(
         job_name, cron, "Periodic checkpoint (the growth sensor writes one sooner under load)."
+    )
+
+
+def build_audit_schedule(job_name: str, cron: str = "30 4 * * *") -> dg.ScheduleDefinition:
+    """Run the audit job ``job_name`` on ``cron`` (default daily at 04:30 UTC, after the upkeep
+    job's default 03:00)."""
+    return _running_schedule(
+        job_name,
+        cron,
+        "Whole-lake audit: the sync checks (exactly once, replay, destinations) over everything.",
     )

@@ -175,3 +175,13 @@ def cpu_delta(
         "other_cpu_cores": round(max(0.0, busy - server - pg - gen), 2),
         "steal_cores": round((c1["steal"] - c0["steal"]) / wall, 2),
     }
+
+
+def spark_jvm_pid(spark: object) -> int | None:
+    """The pid of the JVM that runs ``spark``'s work when it is this process's child (a classic
+    session: asked through py4j); ``None`` for a Spark Connect client, whose JVM is the server's
+    (measure that process where it was started)."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return None
+    jvm = getattr(spark, "_jvm", None)
+    return None if jvm is None else int(jvm.java.lang.ProcessHandle.current().pid())

@@ -473,23 +473,39 @@ class BigQueryAdapter:
         holds them: json decoded, booleans as ``bool``, numbers as ``float``."""
         return [row for rows in self.read_back_batches(schema, 0, name) for row in rows]
 
+    def read_back_rows(
+        self, schema: TableSchema, row_ids: Sequence[str], name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The rows among ``row_ids``, as :meth:`read_back` reads them (the ids as one array
+        parameter per ``_IDS_AS_PARAMETER`` ids)."""
+        types, star = self._read_shape(schema)
+        table = self._table(name or schema.table)
+        rows: list[dict[str, Any]] = []
+        with self._translated(f"read of {table}"):
+            for start in range(0, len(row_ids), _IDS_AS_PARAMETER):
+                ids = list(row_ids[start : start + _IDS_AS_PARAMETER])
+                sql = f"SELECT {star} FROM {table} WHERE row_id IN UNNEST(@ids)"
+                rows += self._query(sql, ids=ids)
+        return _as_state(rows, types)
+
     def read_back_batches(
         self, schema: TableSchema, batch_rows: int, name: str | None = None
     ) -> Iterator[list[dict[str, Any]]]:
         """:meth:`read_back` in ``row_id`` order, in pages of at most ``batch_rows`` rows (0:
         one page): one query, its result read page by page."""
-        types = [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
-        as_text = [f"TO_JSON_STRING({_q(n)}) AS {_q(n)}" for n, t in types if t == "json"]
-        star = f"* REPLACE ({', '.join(as_text)})" if as_text else "*"
+        types, star = self._read_shape(schema)
         table = self._table(name or schema.table)
         with self._translated(f"read of {table}"):
             job = self.client.query(f"SELECT {star} FROM {table} ORDER BY row_id")
             for page in job.result(page_size=batch_rows or None).pages:
-                rows = [dict(row.items()) for row in page]
-                for row in rows:
-                    for col, typ in types:
-                        row[col] = _state_value(row[col], typ)
-                yield rows
+                yield _as_state([dict(row.items()) for row in page], types)
+
+    @staticmethod
+    def _read_shape(schema: TableSchema) -> tuple[list[tuple[str, str]], str]:
+        """The synced columns' types and the select list that reads json columns as text."""
+        types = [(c.name, c.type) for c in schema.columns if c.name != "row_id"]
+        as_text = [f"TO_JSON_STRING({_q(n)}) AS {_q(n)}" for n, t in types if t == "json"]
+        return types, f"* REPLACE ({', '.join(as_text)})" if as_text else "*"
 
     def drop_table(self, name: str) -> None:
         """Drop a table if it exists."""
@@ -578,6 +594,14 @@ class BigQueryAdapter:
         for row in rows:
             state = merge_delta(state, _row_delta(row)).state
         return state.values() if state is not None and state.live else None
+
+
+def _as_state(rows: list[dict[str, Any]], types: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """``rows`` with their synced columns as the lake's state holds them (in place)."""
+    for row in rows:
+        for col, typ in types:
+            row[col] = _state_value(row[col], typ)
+    return rows
 
 
 def _state_value(value: Any, typ: str) -> Any:

@@ -89,6 +89,13 @@ class Destination(Protocol[TxT]):
         booleans as ``bool``, numbers as ``float``), plus ``row_id`` and ``deleted_at``."""
         ...
 
+    def read_back_rows(
+        self, schema: TableSchema, row_ids: Sequence[str], name: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The rows among ``row_ids`` (those the table holds), as :meth:`read_back` reads
+        them: a check of what one run changed reads only those rows."""
+        ...
+
     def read_back_batches(
         self, schema: TableSchema, batch_rows: int, name: str | None = None
     ) -> Iterator[list[dict[str, Any]]]:

@@ -149,6 +149,13 @@ class SqlTier:
         """Every cold row, as :meth:`SqlAdapter.read_back` reads rows (for checks)."""
         return self.cold.read_back(self.schema, self.table) if self._exists(self.cold) else []
 
+    def cold_rows_of(self, row_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The cold rows among ``row_ids``, as :meth:`cold_rows` reads them (for the checks of
+        what one run changed)."""
+        if not row_ids or not self._exists(self.cold):
+            return []
+        return self.cold.read_back_rows(self.schema, row_ids, self.table)
+
     def _exists(self, side: SqlAdapter) -> bool:
         with side.transaction() as conn:
             return side._columns(conn, self.table) is not None

@@ -137,7 +137,7 @@ def run_checkpoint(
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("checkpoint", gw):
         manifest = current_manifest(store, gw)  # another run may have written one meanwhile
-        plan = plan_checkpoint(spark, gw, schemas)
+        plan = plan_checkpoint(spark, ctx.lake_catalog, gw, schemas)
         written = plan.cursor > (0 if manifest is None else manifest.cursor)
         if written:
             manifest = _write(ctx, store, plan, now_ms(), started, clock)
@@ -299,8 +299,8 @@ def _remove(ctx: PipelineContext, store: CheckpointStore, gw: str, now: int) -> 
     kept = set(removal.kept)
     for schema in ctx.tables(gw).values():
         qualified = state_table(gw, log_table(schema))
-        for cursor in sorted(tagged_cursors(ctx.spark, qualified) - kept):
-            drop_tag(ctx.spark, qualified, checkpoint_tag(cursor))
+        for cursor in sorted(tagged_cursors(ctx.spark, ctx.lake_catalog, qualified) - kept):
+            drop_tag(ctx.spark, ctx.lake_catalog, qualified, checkpoint_tag(cursor))
     return len(removal.cursors)
 
 

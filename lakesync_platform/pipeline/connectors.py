@@ -204,7 +204,7 @@ def _http_source(
     def differ() -> CensusDiffer:
         lake()
         wal = jdbc_source(ctx.wal.url)
-        return SparkCensus(IdCensus(ctx.spark, gw, cfg.name, wal, head))
+        return SparkCensus(IdCensus(ctx.spark, ctx.lake_catalog, gw, cfg.name, wal, head))
 
     census: CensusStream | None = None
     if cfg.type == "jira":
@@ -262,7 +262,9 @@ def _sql_source(
             streams.append(SqlCursorStream(spec, engine, page_size=chunk))
         else:
             lake()
-            diff = SnapshotDiff(ctx.spark, jdbc_source(sqlalchemy_url(url)), spec, gw, cfg.name)
+            diff = SnapshotDiff(
+                ctx.spark, ctx.lake_catalog, jdbc_source(sqlalchemy_url(url)), spec, gw, cfg.name
+            )
             streams.append(DiffStream(diff, page_size=chunk))
     return _Polled(streams)
 

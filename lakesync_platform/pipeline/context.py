@@ -2,7 +2,8 @@
 
 The context holds the run's settings and opens its handles lazily — the WAL on first use, the
 Spark session only when a stage or check needs it (sensors never start one), the pyiceberg
-catalog where the driver can read the lake itself, destinations on demand. The YAML
+catalog every stage reads the lake's metadata with (:attr:`PipelineContext.lake_catalog`),
+destinations on demand. The YAML
 declarations are read once, and their tables are applied to the WAL's config store once per
 context (:meth:`PipelineContext.apply_declarations`), before the first stage reads the
 gateway's tables; the config store stays the source of truth, so a table registered through
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..adapters.destination import Destination
 from ..adapters.sql import SqlAdapter
+from ..core.errors import LakeSyncError
 from ..core.schema import TableSchema
 from ..declarations import (
     Declarations,
@@ -35,7 +37,8 @@ from ..declarations import (
 )
 from ..settings import ENV_WAL_URL, ENV_WAREHOUSE, PipelineSettings
 from ..spark.server import resolve_remote
-from ..spark.session import S3Access, SparkSettings, create_spark_session, local_pyiceberg_catalog
+from ..spark.session import S3Access, SparkSettings, create_spark_session
+from ..spark.session_catalog import session_catalog
 from ..wal.sqlite import BATCH_MEMORY
 from ..wal.store import WriteAheadLog
 from .lock import LakeLock, lake_lock
@@ -190,9 +193,25 @@ class PipelineContext:
         return self.lake_lock.hold(stage, gw)
 
     @cached_property
+    def lake_catalog(self) -> Catalog:
+        """pyiceberg over the catalog the run's Spark session writes (SQLite or PostgreSQL; any
+        warehouse, S3 included), built from the session's own catalog settings
+        (:func:`~lakesync_platform.spark.session_catalog.session_catalog`): what every stage
+        reads snapshot metadata with — watermarks, summaries, histories, table files — in this
+        process, with a classic Spark session or a Spark Connect client alike. Each read loads
+        the table afresh. Opening it starts the session if it is not running yet."""
+        try:
+            return session_catalog(self.spark)
+        except ValueError as exc:
+            raise LakeSyncError(f"the lake's catalog cannot be read by pyiceberg: {exc}") from exc
+
+    @cached_property
     def iceberg_catalog(self) -> Catalog | None:
-        """pyiceberg over the lake where the driver reads it directly (materialise), else None."""
-        return local_pyiceberg_catalog(spark_settings(self.settings))
+        """:attr:`lake_catalog` where the driver also reads the rows directly (a ``file:``
+        warehouse: materialise), else ``None`` (Spark reads them)."""
+        if not str(self.lake_catalog.properties.get("warehouse", "")).startswith("file:"):
+            return None
+        return self.lake_catalog
 
     @property
     def wal(self) -> WriteAheadLog:

@@ -2,7 +2,9 @@
 
 :func:`run_flush` is the entry point over :func:`lakesync_platform.spark.flush.flush_gateway`
 (exactly once: the lake records the WAL range of each commit and reads it back first);
-:func:`check_log_exactly_once` verifies the result against the WAL.
+:func:`check_log_exactly_once` verifies what the latest flush committed against the WAL,
+:func:`audit_log_exactly_once` the whole log (both count in Spark and in the WAL's database:
+:mod:`lakesync_platform.spark.checks`).
 """
 
 from __future__ import annotations
@@ -10,17 +12,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..spark.flush import FlushResult, flush_gateway, lake_watermark
-from ..spark.layout import deltas_table
+from ..spark.checks import (
+    SAMPLE,
+    CursorRange,
+    count_log,
+    duplicate_cursors,
+    latest_flush_range,
+    log_gaps,
+    whole_log_range,
+)
+from ..spark.flush import FlushResult, flush_gateway
 from ..spark.wal_source import jdbc_source
 from .context import CheckOutcome, PipelineContext
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_log_exactly_once", "run_flush"]
-
-_PAGE = 10_000
+__all__ = ["audit_log_exactly_once", "check_log_exactly_once", "run_flush"]
 
 
 def run_flush(
@@ -35,51 +43,67 @@ def run_flush(
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("flush", gw):
         return flush_gateway(
-            spark, ctx.wal, source, gw, max_entries=max_entries, after_commit=after_commit
+            spark,
+            ctx.lake_catalog,
+            ctx.wal,
+            source,
+            gw,
+            max_entries=max_entries,
+            after_commit=after_commit,
         )
 
 
 def check_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
-    """Every WAL entry up to the lake watermark is in ``lakesync_deltas`` exactly once (the
-    entries above the hot WAL's floor: those below were trimmed, the lake holds them alone)."""
+    """Every WAL entry the latest flush committed is in ``lakesync_deltas`` exactly once, and
+    nothing lies past it (above the hot WAL's floor: entries below were trimmed, the lake holds
+    them alone). Costs what the flush wrote: counts over its cursor range."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("check of the change log", gw):
-        return _check_log(ctx, spark, gw)
+        return _check_log(ctx, spark, gw, latest_flush_range(spark, gw))
 
 
-def _check_log(ctx: PipelineContext, spark: SparkSession, gw: str) -> CheckOutcome:
-    from pyspark.sql import functions as F
+def audit_log_exactly_once(ctx: PipelineContext, gw: str) -> CheckOutcome:
+    """:func:`check_log_exactly_once` over every cursor up to the lake watermark (the audit
+    job; Spark aggregates over the whole log, nothing collected)."""
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive("audit of the change log", gw):
+        return _check_log(ctx, spark, gw, whole_log_range(spark, gw))
 
+
+def _check_log(
+    ctx: PipelineContext, spark: SparkSession, gw: str, rng: CursorRange
+) -> CheckOutcome:
+    """The lake's rows of ``rng`` against the WAL's entries of it: both counted, cursors summed
+    (a lost entry, a duplicate, or an entry in one and not the other changes a figure)."""
     wal = ctx.wal
-    mark = lake_watermark(spark, gw).cursor
-    lake = spark.table(deltas_table(gw))
-    stats = lake.agg(
-        F.count("*").alias("rows"), F.countDistinct("cursor").alias("distinct")
-    ).collect()[0]
-    duplicates = int(stats["rows"]) - int(stats["distinct"])
-    lake_cursors = {
-        int(r["cursor"]) for r in lake.filter(F.col("cursor") <= mark).select("cursor").collect()
-    }
-    wal_cursors: set[int] = set()
     floor = wal.log_floor(gw)
-    after = floor
-    while True:
-        page = [e for e in wal.read_entries(gw, after, _PAGE) if e.cursor <= mark]
-        if not page:
-            break
-        wal_cursors.update(e.cursor for e in page)
-        after = page[-1].cursor
-    missing = len(wal_cursors - lake_cursors)
-    passed = duplicates == 0 and missing == 0 and mark >= floor
+    wal_first = max(rng.first, floor + 1)
+    lake = count_log(spark, gw, rng, wal_first)
+    span = wal.cursor_span(gw, wal_first, rng.last)
+    duplicates = lake.rows - lake.distinct
+    missing = max(span.entries - lake.in_wal_range, 0)
+    same = (span.entries, span.cursor_sum) == (lake.in_wal_range, lake.cursor_sum)
+    passed = duplicates == 0 and lake.above == 0 and same and rng.last >= floor
+    sample: list[int] = duplicate_cursors(spark, gw, rng) if duplicates else []
+    if not same:
+        for gap in log_gaps(spark, gw, CursorRange(wal_first, rng.last)):
+            sample += wal.cursors_between(gw, gap.first, gap.last, SAMPLE - len(sample))
+            if len(sample) >= SAMPLE:
+                break
     return CheckOutcome(
         passed,
-        f"{len(wal_cursors)} WAL entries {floor + 1}..{mark}: {missing} missing, "
-        f"{duplicates} duplicated",
+        f"{span.entries} WAL entries {wal_first}..{rng.last}: {missing} missing, "
+        f"{duplicates} duplicated, {lake.above} past the range",
         {
-            "lake_rows": int(stats["rows"]),
+            "range": str(rng),
+            "lake_rows": lake.rows,
+            "wal_entries": span.entries,
             "missing": missing,
             "duplicates": duplicates,
-            "watermark": mark,
+            "past_range": lake.above,
+            "fingerprint_matches": same,
+            "sample": sample[:SAMPLE],
+            "watermark": rng.last,
             "wal_floor": floor,
         },
     )

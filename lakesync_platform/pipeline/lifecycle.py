@@ -102,7 +102,7 @@ def run_trim(
     policy = retention or ctx.settings.retention
     now = int(time.time() * 1000) if now_ms is None else now_ms
     wal = ctx.wal
-    lake = lake_watermark(ctx.spark, gw).cursor
+    lake = lake_watermark(ctx.spark, gw, ctx.lake_catalog).cursor
     flushed = wal.flush_watermark(gw)
     trimmed, ids = trim_wal(wal, gw, lake, policy, now)
     stats = wal.stats(gw)
@@ -133,7 +133,7 @@ def check_wal_retention(
     now = int(time.time() * 1000) if now_ms is None else now_ms
     wal = ctx.wal
     floor = wal.log_floor(gw)
-    lake = lake_watermark(ctx.spark, gw).cursor
+    lake = lake_watermark(ctx.spark, gw, ctx.lake_catalog).cursor
     meta: dict[str, object] = {"log_floor": floor, "lake_watermark": lake}
     if lake < floor:
         return CheckOutcome(

@@ -13,21 +13,22 @@ Each destination table keeps its own compare-and-set watermark, so a best-effort
 that was down catches up — exactly once — on the next run. Its **lag** is how far its watermark
 trails the highest watermark of the primary destinations covering the same table
 (:func:`destination_lag`, also an asset check: :func:`check_destination_lag`).
-:func:`check_destination_matches_state` compares a destination table with the state.
+:func:`check_destination_matches_state` compares the destination rows the latest flush changed
+with the state, :func:`audit_destination_matches_state` every row, in batches.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from ..core.errors import AdapterError
 from ..core.schema import TableSchema
 from ..declarations import DestinationDecl
+from ..spark.checks import SAMPLE, CursorRange, latest_flush_range, state_rows, whole_log_range
 from ..spark.layout import (
-    LIVE_COL,
     log_table,
     state_table,
     state_value,
@@ -42,8 +43,10 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "AUDIT_BATCH",
     "DestinationFailure",
     "MaterialiseRun",
+    "audit_destination_matches_state",
     "check_destination_lag",
     "check_destination_matches_state",
     "destination_lag",
@@ -141,7 +144,13 @@ def _materialise(
             with cold_tier(ctx, gw, dest, destination, schema) as tier:
                 done.append(
                     materialise_table(
-                        ctx.spark, gw, schema, destination, catalog=ctx.iceberg_catalog, tier=tier
+                        ctx.spark,
+                        ctx.lake_catalog,
+                        gw,
+                        schema,
+                        destination,
+                        rows_catalog=ctx.iceberg_catalog,
+                        tier=tier,
                     )
                 )
         return done
@@ -198,58 +207,84 @@ def check_destination_lag(
 def check_destination_matches_state(
     ctx: PipelineContext, gw: str, destination: str, table: str
 ) -> CheckOutcome:
-    """The destination table holds every state row: live rows equal, dead rows deleted."""
+    """The destination table holds the state rows the latest flush's range changed: live rows
+    equal, dead rows deleted (only those rows are read, on both sides)."""
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"check of {destination}.{table}", gw):
-        return _check_destination(ctx, spark, gw, destination, table)
+        return _check_destination(ctx, spark, gw, destination, table, latest_flush_range(spark, gw))
+
+
+def audit_destination_matches_state(
+    ctx: PipelineContext, gw: str, destination: str, table: str
+) -> CheckOutcome:
+    """:func:`check_destination_matches_state` over every state row, streamed in batches of
+    ``AUDIT_BATCH`` rows looked up in the destination (the audit job)."""
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive(f"audit of {destination}.{table}", gw):
+        return _check_destination(ctx, spark, gw, destination, table, whole_log_range(spark, gw))
+
+
+AUDIT_BATCH = 5_000
+"""State rows compared with their destination rows at a time."""
 
 
 def _check_destination(
-    ctx: PipelineContext, spark: SparkSession, gw: str, destination: str, table: str
+    ctx: PipelineContext,
+    spark: SparkSession,
+    gw: str,
+    destination: str,
+    table: str,
+    rng: CursorRange,
 ) -> CheckOutcome:
     schema = ctx.tables(gw)[table]
-    name = state_table(gw, log_table(schema))
-    if not table_exists(spark, name):
-        return CheckOutcome(True, "no state table yet", {"rows": 0})
+    if not table_exists(spark, state_table(gw, log_table(schema))):
+        return CheckOutcome(True, "no state table yet", {"rows": 0, "range": str(rng)})
     decl = ctx.destinations(gw)[destination]
     target = ctx.open_destination(decl)
+    rows = differ = both = 0
+    sample: list[str] = []
     try:
         target.ensure_table(schema)
-        dest_rows = {r["row_id"]: r for r in target.read_back(schema)}
         # A tiered destination holds each row in one tier: its cold rows count, and a row in
         # both tiers differs.
         with cold_tier(ctx, gw, decl, target, schema) as tier:
-            cold_rows = [] if tier is None else tier.cold_rows()
-        both = sorted(r["row_id"] for r in cold_rows if r["row_id"] in dest_rows)
-        dest_rows.update({r["row_id"]: r for r in cold_rows if r["row_id"] not in dest_rows})
+            for batch in state_rows(spark, gw, schema, rng, AUDIT_BATCH):
+                ids = [r["row_id"] for r in batch]
+                hot = {r["row_id"]: r for r in target.read_back_rows(schema, ids)}
+                cold = {} if tier is None else {r["row_id"]: r for r in tier.cold_rows_of(ids)}
+                rows += len(batch)
+                for row in batch:
+                    rid = row["row_id"]
+                    in_both = rid in hot and rid in cold
+                    both += in_both
+                    if in_both or not _same_row(schema, row, hot.get(rid, cold.get(rid))):
+                        differ += 1
+                        if len(sample) < SAMPLE:
+                            sample.append(rid)
     except AdapterError as exc:
         if decl.primary:
             raise
         return CheckOutcome(False, f"{destination} is unreachable: {exc.message}", {})
     finally:
         target.close()
-    differ: list[str] = list(both)
-    for row in spark.table(name).collect():
-        got = dest_rows.get(row["row_id"])
-        if not row[LIVE_COL]:
-            gone = got is None or got.get("deleted_at") is not None
-            if not gone:
-                differ.append(row["row_id"])
-            continue
-        if got is None or got.get("deleted_at") is not None:
-            differ.append(row["row_id"])
-            continue
-        for col, typ in synced_columns(schema):
-            if got[col] != state_value(row[col], typ):
-                differ.append(row["row_id"])
-                break
     return CheckOutcome(
-        not differ,
-        f"{len(differ)} of the state's rows differ in {destination}.{schema.table}",
+        differ == 0,
+        f"{differ} of the {rows} state rows of {rng} differ in {destination}.{schema.table}",
         {
-            "differ": len(differ),
-            "sample": differ[:10],
-            "destination_rows": len(dest_rows),
-            "in_both_tiers": len(both),
+            "range": str(rng),
+            "rows": rows,
+            "differ": differ,
+            "sample": sorted(sample),
+            "in_both_tiers": both,
         },
     )
+
+
+def _same_row(schema: TableSchema, row: dict[str, Any], got: dict[str, Any] | None) -> bool:
+    """Whether destination row ``got`` (as ``read_back`` reads it) shows state row ``row``."""
+    gone = got is None or got.get("deleted_at") is not None
+    if not row["live"]:
+        return gone
+    if gone or got is None:
+        return False
+    return all(got[col] == state_value(row[col], typ) for col, typ in synced_columns(schema))

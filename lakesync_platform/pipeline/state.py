@@ -1,38 +1,24 @@
 """The state stage: new change-log entries → one Iceberg state table per table (per-column LWW).
 
 :func:`run_state` is the entry point over :func:`lakesync_platform.spark.state.update_state`
-for each of the gateway's registered tables; :func:`check_state_matches_log` replays the log
-through :func:`lakesync_platform.core.merge.merge_delta` and compares.
+for each of the gateway's registered tables; :func:`check_state_matches_log` compares the rows
+the latest flush touched with a replay of its log entries, :func:`audit_state_matches_log`
+every row with a replay of the whole log (Spark SQL: :mod:`lakesync_platform.spark.checks`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ..core.delta import ColumnDelta, RowDelta
-from ..core.merge import RowState, merge_delta
-from ..core.schema import TableSchema
-from ..spark.layout import (
-    CURSOR_COL,
-    LIVE_COL,
-    client_col,
-    deltas_table,
-    hlc_col,
-    log_table,
-    state_table,
-    state_value,
-    synced_columns,
-    table_exists,
-)
+from ..spark.checks import CursorRange, latest_flush_range, state_differences, whole_log_range
+from ..spark.layout import log_table, state_table, table_exists
 from ..spark.state import StateResult, update_state
 from .context import CheckOutcome, PipelineContext
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["check_state_matches_log", "run_state"]
+__all__ = ["audit_state_matches_log", "check_state_matches_log", "run_state"]
 
 
 def run_state(ctx: PipelineContext, gw: str, tables: list[str] | None = None) -> list[StateResult]:
@@ -42,80 +28,49 @@ def run_state(ctx: PipelineContext, gw: str, tables: list[str] | None = None) ->
     names = tables if tables is not None else list(schemas)
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive("state", gw):
-        return [update_state(spark, gw, schemas[t]) for t in names if t in schemas]
+        catalog = ctx.lake_catalog
+        return [update_state(spark, catalog, gw, schemas[t]) for t in names if t in schemas]
 
 
 def check_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckOutcome:
-    """The state table equals a replay of the lake's change log through core merge.
+    """The state rows the latest flush's range touched equal a replay of that range's log
+    entries (values, per-column stamps, delete stamp, liveness, cursor).
 
-    Replays every log entry of the table up to the state's watermark with
-    :func:`~lakesync_platform.core.merge.merge_delta` and compares row by row (values,
-    per-column stamps, delete stamp, liveness).
+    The replay is Spark SQL written apart from the state stage's fold
+    (:func:`lakesync_platform.spark.checks.state_differences`), so a bug there shows; it reads
+    only the range's log entries and state rows.
     """
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
     with ctx.exclusive(f"check of the state of {table}", gw):
-        return _check_state(ctx, spark, gw, table)
+        return _check_state(ctx, spark, gw, table, latest_flush_range(spark, gw))
 
 
-def _check_state(ctx: PipelineContext, spark: SparkSession, gw: str, table: str) -> CheckOutcome:
-    from pyspark.sql import functions as F
+def audit_state_matches_log(ctx: PipelineContext, gw: str, table: str) -> CheckOutcome:
+    """:func:`check_state_matches_log` over the whole log: every state row equals the replay
+    of every log entry of its table (the audit job)."""
+    spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    with ctx.exclusive(f"audit of the state of {table}", gw):
+        return _check_state(ctx, spark, gw, table, whole_log_range(spark, gw))
 
+
+def _check_state(
+    ctx: PipelineContext, spark: SparkSession, gw: str, table: str, rng: CursorRange
+) -> CheckOutcome:
     schema = ctx.tables(gw)[table]
-    name = state_table(gw, log_table(schema))
-    if not table_exists(spark, name):
-        return CheckOutcome(True, "no state table yet", {"rows": 0})
-    rows = {r["row_id"]: r.asDict() for r in spark.table(name).collect()}
-    mark = max((int(r[CURSOR_COL]) for r in rows.values()), default=0)
-    entries = (
-        spark.table(deltas_table(gw))
-        .filter((F.col("table") == log_table(schema)) & (F.col("cursor") <= mark))
-        .select("cursor", "delta_id", "row_id", "op", "client_id", "hlc", "columns")
-        .orderBy("cursor")
-        .collect()
-    )
-    replay: dict[str, RowState] = {}
-    for e in entries:
-        cols = tuple(ColumnDelta(c["column"], c["value"]) for c in json.loads(e["columns"]))
-        delta = RowDelta(
-            e["op"],
-            log_table(schema),
-            e["row_id"],
-            e["client_id"],
-            cols,
-            e["hlc"],
-            e["delta_id"],
-        )
-        replay[delta.row_id] = merge_delta(replay.get(delta.row_id), delta).state
-    differ = sorted(
-        rid
-        for rid in set(rows) | set(replay)
-        if rid not in rows or rid not in replay or not _same_state(schema, rows[rid], replay[rid])
-    )
+    if not table_exists(spark, state_table(gw, log_table(schema))):
+        return CheckOutcome(True, "no state table yet", {"rows": 0, "range": str(rng)})
+    found = state_differences(spark, gw, schema, rng)
     return CheckOutcome(
-        not differ,
-        f"{len(rows)} state rows vs replay of {len(entries)} log entries: {len(differ)} differ",
+        found.differ == 0,
+        f"{found.rows} state rows touched by {rng} vs replay of {found.entries} log entries: "
+        f"{found.differ} differ",
         {
-            "rows": len(rows),
-            "log_entries": len(entries),
-            "differ": len(differ),
-            "sample": differ[:10],
-            "state_cursor": mark,
+            "range": str(rng),
+            "rows": found.rows,
+            "log_entries": found.entries,
+            "unmerged_entries": found.unmerged,
+            "differ": found.differ,
+            "sample": found.sample,
+            "state_cursor": found.state_cursor,
         },
     )
-
-
-def _same_state(schema: TableSchema, row: Mapping[str, Any], state: RowState) -> bool:
-    if bool(row[LIVE_COL]) != state.live:
-        return False
-    for col, typ in synced_columns(schema):
-        cell = state.columns.get(col)
-        if cell is None:
-            if row[hlc_col(col)] is not None:
-                return False
-            continue
-        if row[hlc_col(col)] != cell.hlc or row[client_col(col)] != cell.client_id:
-            return False
-        expected = float(cell.value) if typ == "number" and cell.value is not None else cell.value
-        if state_value(row[col], typ) != expected:
-            return False
-    return True

@@ -24,7 +24,7 @@ from ..spark.history import TableHistory, history_from_pyiceberg, history_from_s
 from ..spark.layout import namespace, q
 from ..spark.session import CATALOG, pyiceberg_catalog
 from ..spark.timetravel import Pins, QueryResult, format_ms, parse_as_of, pin_tables, run_query
-from ..spark.upkeep import UPKEEP_PROP, TableFiles, files_in
+from ..spark.upkeep import TableFiles, files_in, upkeep_commit
 from .context import PipelineContext, spark_settings
 
 if TYPE_CHECKING:
@@ -125,10 +125,7 @@ class LakeReader:
     def _history(self, gw: str, table: str) -> TableHistory:
         if self.catalog is not None:
             return history_from_pyiceberg(self.catalog.load_table((gw, table)))
-        from ..spark.snapshots import load_table
-
-        spark = self.ctx.spark
-        return history_from_spark(spark, load_table(spark, f"{namespace(gw)}.{q(table)}"))
+        return history_from_spark(self.ctx.spark, f"{namespace(gw)}.{q(table)}")
 
     def pins(self, gw: str, request: QueryRequest) -> Pins:
         """The snapshot each of ``gw``'s tables is read at for ``request`` (checked: a bad
@@ -151,6 +148,6 @@ class LakeReader:
         """Each of ``gw``'s tables: files, snapshots and its last upkeep commit."""
         out = []
         for table, found in self.histories(gw).items():
-            upkept = [s.timestamp_ms for s in found.snapshots if UPKEEP_PROP in s.summary]
+            upkept = [s.timestamp_ms for s in found.snapshots if upkeep_commit(s)]
             out.append(TableSummary(table, files_in(found), max(upkept) if upkept else None))
         return out

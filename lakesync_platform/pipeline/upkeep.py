@@ -13,11 +13,13 @@ check that compaction keeps up.
 **The watermarks survive.** Each stage finds where it left off in the lake itself:
 
 * flush — the lake watermark, ``lakesync.wal.to`` in the summary of the newest snapshot of the
-  change log that carries it. Every commit compaction makes to the change log carries it too
-  (the value read, under the lock, just before), so after compaction the current snapshot holds
-  it; expiry keeps the newest snapshot that carries it whatever its age, and the flush's
-  fallback (``max(cursor)`` of the log, contiguous by construction) stays correct regardless.
-  Compaction fails with :class:`FlushError` should the watermark read after it differ.
+  change log that carries it. Iceberg's procedures cannot stamp their commits, so compaction's
+  rewrites are skipped on the way back to it, and when compaction committed to the change log
+  it ends with one empty commit carrying the value read (under the lock) just before: after
+  compaction the current snapshot holds it again. Expiry keeps the newest snapshot that
+  carries it whatever its age, and the flush's fallback (``max(cursor)`` of the log,
+  contiguous by construction) stays correct regardless. Compaction fails with
+  :class:`FlushError` should the watermark read after it differ.
 * state — ``max(_ls$cursor)`` of the state table's rows, which compaction rewrites unchanged;
   a state run reads the log at the snapshot the lake watermark was read at (the current one).
 * materialise — the destination's own watermark table; it reads the current state snapshot.
@@ -115,16 +117,18 @@ def run_compaction(
     docstring for the change log's watermark)."""
     policy = upkeep_policy(ctx)
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    catalog = ctx.lake_catalog
     results = []
     for table in lake_tables(ctx, gw):
         with step(f"compact {gw}.{table.name}"), ctx.exclusive("compaction", gw):
             properties: dict[str, str] = {}
             mark = None
             if table.kind == "log":
-                mark = lake_watermark(spark, gw).cursor
+                mark = lake_watermark(spark, gw, catalog).cursor
                 properties[WAL_TO_PROP] = str(mark)
             result = compact_table(
                 spark,
+                catalog,
                 gw,
                 table.name,
                 table.qualified,
@@ -132,7 +136,7 @@ def run_compaction(
                 sort_by_row_id=table.kind == "state",
                 properties=properties,
             )
-            if mark is not None and (after := lake_watermark(spark, gw).cursor) != mark:
+            if mark is not None and (after := lake_watermark(spark, gw, catalog).cursor) != mark:
                 raise FlushError(
                     f"compaction of {gw!r} moved the lake watermark from {mark} to {after}"
                 )
@@ -159,12 +163,14 @@ def run_expiry(
     the lake's lock: no pipeline stage has files in flight while a table's folder is listed."""
     policy = upkeep_policy(ctx)
     spark = ctx.spark  # started before the lock is taken: the lock is for the lake's work
+    catalog = ctx.lake_catalog
     results = []
     for table in lake_tables(ctx, gw):
         with step(f"expire {gw}.{table.name}"), ctx.exclusive("expiry", gw):
             results.append(
                 expire_table(
                     spark,
+                    catalog,
                     gw,
                     table.name,
                     table.qualified,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.checkpoint import CHECKPOINT_TAG_PREFIX
 from ..core.errors import FlushError
@@ -50,6 +50,7 @@ from .layout import (
 from .snapshots import ancestors, current_snapshot, load_table
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -122,18 +123,19 @@ def _next_entries(
 
 
 def plan_checkpoint(
-    spark: SparkSession, gw: str, schemas: Mapping[str, TableSchema]
+    spark: SparkSession, catalog: Catalog, gw: str, schemas: Mapping[str, TableSchema]
 ) -> CheckpointPlan:
     """Choose the cursor and the state snapshots of a consistent checkpoint of ``gw``
-    (cursor 0: the lake holds nothing yet). Raises :class:`FlushError` when no cut exists."""
-    lake = lake_watermark(spark, gw)
+    (cursor 0: the lake holds nothing yet; ``catalog``: pyiceberg over the session's catalog,
+    for the snapshots). Raises :class:`FlushError` when no cut exists."""
+    lake = lake_watermark(spark, gw, catalog)
     by_table = {log_table(s): s for s in schemas.values()}
     if lake.snapshot_id is None or lake.cursor == 0:
         return CheckpointPlan(gw, 0, 0, [])
     current: dict[str, tuple[str, int | None, int]] = {}
     for table, schema in by_table.items():
         name = state_table(gw, log_table(schema))
-        snap = current_snapshot(spark, name) if table_exists(spark, name) else None
+        snap = current_snapshot(catalog, name) if table_exists(spark, name) else None
         if snap is None or snap.int_prop("total-records") == 0:
             current[table] = (name, None, 0)
         else:
@@ -151,17 +153,25 @@ def plan_checkpoint(
     tables = []
     for table, (name, snapshot_id, mark) in sorted(current.items()):
         if mark > cursor:
-            snapshot_id, mark = _covering_snapshot(spark, gw, lake.snapshot_id, table, name, cursor)
+            snapshot_id, mark = _covering_snapshot(
+                spark, catalog, gw, lake.snapshot_id, table, name, cursor
+            )
         tables.append(TablePlan(by_table[table], table, name, snapshot_id, mark))
     return CheckpointPlan(gw, cursor, lake.cursor, tables)
 
 
 def _covering_snapshot(
-    spark: SparkSession, gw: str, log_snapshot: int, table: str, name: str, cursor: int
+    spark: SparkSession,
+    catalog: Catalog,
+    gw: str,
+    log_snapshot: int,
+    table: str,
+    name: str,
+    cursor: int,
 ) -> tuple[int | None, int]:
     """The newest older snapshot of state table ``name`` that holds exactly the log up to
     ``cursor`` (``None``: the table has no entry up to ``cursor``)."""
-    for snap in ancestors(spark, name):
+    for snap in ancestors(catalog, name):
         if snap.int_prop("total-records") == 0:
             break
         mark = _watermark(spark, name, snap.snapshot_id)
@@ -218,41 +228,39 @@ def read_rows(spark: SparkSession, plan: TablePlan) -> Iterator[StoredRow]:
         yield StoredRow(f"{table}:{row_id}", table, row_id, state_row, int(position))
 
 
-def _refs(table: Any) -> set[str]:
-    return {str(name) for name in table.refs().keySet()}
+def _refs(catalog: Catalog, qualified: str) -> set[str]:
+    return {str(name) for name in load_table(catalog, qualified).metadata.refs}
 
 
 def tag_snapshots(spark: SparkSession, tables: Sequence[TablePlan], tag: str) -> None:
-    """Pin each table's snapshot with ``tag`` (replacing a tag of that name)."""
+    """Pin each table's snapshot with ``tag`` (replacing a tag of that name), by Iceberg's
+    ``ALTER TABLE … CREATE OR REPLACE TAG``."""
     for plan in tables:
         if plan.snapshot_id is None:
             continue
-        table = load_table(spark, plan.state_table)
-        manage = table.manageSnapshots()
-        if tag in _refs(table):
-            manage.replaceTag(tag, plan.snapshot_id).commit()
-        else:
-            manage.createTag(tag, plan.snapshot_id).commit()
+        spark.sql(
+            f"ALTER TABLE {plan.state_table} CREATE OR REPLACE TAG {q(tag)} "
+            f"AS OF VERSION {int(plan.snapshot_id)}"
+        )
 
 
-def tagged_cursors(spark: SparkSession, qualified: str) -> set[int]:
+def tagged_cursors(spark: SparkSession, catalog: Catalog, qualified: str) -> set[int]:
     """The cursors of the checkpoint tags on a (quoted, qualified) table."""
     if not table_exists(spark, qualified):
         return set()
     found = set()
-    for name in _refs(load_table(spark, qualified)):
+    for name in _refs(catalog, qualified):
         suffix = name.removeprefix(CHECKPOINT_TAG_PREFIX)
         if suffix != name and suffix.isdigit():
             found.add(int(suffix))
     return found
 
 
-def drop_tag(spark: SparkSession, qualified: str, tag: str) -> bool:
+def drop_tag(spark: SparkSession, catalog: Catalog, qualified: str, tag: str) -> bool:
     """Remove ``tag`` from a (quoted, qualified) table; ``False`` when it had none."""
     if not table_exists(spark, qualified):
         return False
-    table = load_table(spark, qualified)
-    if tag not in _refs(table):
+    if tag not in _refs(catalog, qualified):
         return False
-    table.manageSnapshots().removeTag(tag).commit()
+    spark.sql(f"ALTER TABLE {qualified} DROP TAG IF EXISTS {q(tag)}")
     return True

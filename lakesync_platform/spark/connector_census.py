@@ -44,6 +44,7 @@ from .staged import StagedSwap
 from .wal_source import JdbcSource, read_ingested_ids
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["KNOWN_THROUGH", "IdCensus", "IdComparison", "known_ids_table"]
@@ -82,6 +83,7 @@ class IdCensus:
     WAL over JDBC; ``head`` is the WAL cursor taken before this run's polls."""
 
     spark: SparkSession
+    catalog: Catalog
     gw: str
     connector: str
     wal: JdbcSource
@@ -94,7 +96,7 @@ class IdCensus:
     def tables(self) -> StagedSwap:
         """The known table and its staging table."""
         if self._swap is None:
-            self._swap = StagedSwap(self.spark, self.gw, _known_name(self.connector))
+            self._swap = StagedSwap(self.spark, self.catalog, self.gw, _known_name(self.connector))
         return self._swap
 
     @property

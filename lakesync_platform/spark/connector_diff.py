@@ -48,9 +48,10 @@ from ..core.connectors import SqlTable
 from ..core.delta import check_identifier
 from .layout import SNAPSHOT_PREFIX, namespace, q, table_exists
 from .staged import StagedSwap
-from .wal_source import JdbcSource
+from .wal_source import JdbcSource, default_parallelism
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 __all__ = ["SnapshotDiff", "snapshot_table"]
@@ -82,6 +83,7 @@ class SnapshotDiff:
     holds the time each step of this run took (also logged)."""
 
     spark: SparkSession
+    catalog: Catalog
     source: JdbcSource
     spec: SqlTable
     gw: str
@@ -96,7 +98,7 @@ class SnapshotDiff:
         """The snapshot and its staging table."""
         if self._swap is None:
             name = _snapshot_name(self.connector, self.spec.table)
-            self._swap = StagedSwap(self.spark, self.gw, name)
+            self._swap = StagedSwap(self.spark, self.catalog, self.gw, name)
         return self._swap
 
     @property
@@ -195,19 +197,14 @@ class SnapshotDiff:
         """``(lowest id, highest id, ranges)`` to read a table in parallel, or ``None``."""
         if self.spec.query is not None or id_type not in _INTEGRAL:
             return None
-        jvm: Any = self.spark._jvm
-        col = jvm.org.apache.spark.sql.jdbc.JdbcDialects.get(self.source.url).quoteIdentifier(
-            self.spec.row_id_column
-        )
+        col = self.source.quote_identifier(self.spec.row_id_column)
         query = f"SELECT MIN({col}) AS lo, MAX({col}) AS hi FROM {self.spec.source_sql}"
         reader = self.spark.read.format("jdbc").options(**self.source.options())
         bounds = reader.option("query", query).load().collect()[0]
         if bounds["lo"] is None:
             return None
         low, high = int(bounds["lo"]), int(bounds["hi"])
-        parts = min(
-            self.spark.sparkContext.defaultParallelism, (high - low + 1) // self.rows_per_read
-        )
+        parts = min(default_parallelism(self.spark), (high - low + 1) // self.rows_per_read)
         return (low, high, parts) if parts >= 2 else None
 
     def stage(self) -> int:

@@ -20,16 +20,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..core.errors import FlushError
+from .history import history_from_spark
 from .layout import DELTAS_TABLE, WAL_FROM_PROP, WAL_TO_PROP, ensure_deltas_table
-from .snapshots import ancestors, current_snapshot
+from .snapshots import SnapshotInfo, ancestors, current_snapshot
 from .wal_source import JdbcSource, read_wal_entries
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
@@ -91,7 +93,7 @@ class FlushResult:
 
 def wal_to_log(entries: DataFrame) -> DataFrame:
     """Pure transform: WAL rows (as read by ``read_wal_entries``) → change-log rows."""
-    # SQL text: one py4j call, where Column objects cost one per column and function.
+    # SQL text: one call, where Column objects cost one per column and function.
     return entries.selectExpr(
         "`cursor`",
         "delta_id",
@@ -107,7 +109,7 @@ def wal_to_log(entries: DataFrame) -> DataFrame:
     )
 
 
-def lake_watermark(spark: SparkSession, gw: str) -> LakeWatermark:
+def lake_watermark(spark: SparkSession, gw: str, catalog: Catalog | None = None) -> LakeWatermark:
     """Read back the last WAL cursor committed to ``gw``'s change log (0 when none).
 
     Flush commits carry their WAL range in the snapshot summary, and each one extends the
@@ -115,10 +117,13 @@ def lake_watermark(spark: SparkSession, gw: str) -> LakeWatermark:
     newest ancestor that carries a mark holds the highest one. Snapshots without a mark
     (compaction, maintenance) are skipped; a lineage with no mark at all falls back to
     ``max(cursor)``.
+
+    The snapshots are read by pyiceberg from ``catalog`` (the session's own catalog: a metadata
+    read); without one, from the table's metadata tables by Spark SQL (Spark jobs).
     """
     name = ensure_deltas_table(spark, gw)
     current: int | None = None
-    for snapshot in ancestors(spark, name):
+    for snapshot in _lineage(spark, catalog, name):
         if current is None:
             current = snapshot.snapshot_id
         if WAL_TO_PROP in snapshot.summary:
@@ -127,6 +132,15 @@ def lake_watermark(spark: SparkSession, gw: str) -> LakeWatermark:
         return LakeWatermark(0, None)
     top = spark.sql(f"SELECT max(`cursor`) AS m FROM {name}").collect()[0]["m"]
     return LakeWatermark(int(top or 0), current)
+
+
+def _lineage(spark: SparkSession, catalog: Catalog | None, name: str) -> Iterator[SnapshotInfo]:
+    """The current snapshot of ``name`` and its ancestors, newest first."""
+    if catalog is not None:
+        yield from ancestors(catalog, name)
+        return
+    for entry in history_from_spark(spark, name).ancestors():
+        yield SnapshotInfo(entry.snapshot_id, dict(entry.summary))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +153,12 @@ class FlushPlan:
 
 
 def plan_flush(
-    spark: SparkSession, wal: FlushWal, gw: str, *, max_entries: int | None = None
+    spark: SparkSession,
+    catalog: Catalog,
+    wal: FlushWal,
+    gw: str,
+    *,
+    max_entries: int | None = None,
 ) -> FlushPlan:
     """Read the lake watermark back and the WAL head: the range the next flush covers.
 
@@ -147,7 +166,7 @@ def plan_flush(
     restored from an older state): the entries in between are gone from the WAL, and a flush
     must not skip them silently.
     """
-    mark = lake_watermark(spark, gw)
+    mark = lake_watermark(spark, gw, catalog)
     floor = wal.log_floor(gw)
     if mark.cursor < floor:
         raise FlushError(
@@ -163,6 +182,7 @@ def plan_flush(
 
 def commit_flush(
     spark: SparkSession,
+    catalog: Catalog,
     wal: FlushWal,
     source: JdbcSource,
     plan: FlushPlan,
@@ -194,9 +214,9 @@ def commit_flush(
     writer = writer.option("isolation-level", "serializable")
     try:
         writer.overwrite(F.col("cursor") > F.lit(mark.cursor))
-    except Exception as exc:  # py4j / analysis errors: translate at the edge
+    except Exception as exc:  # Spark's errors (classic or Connect): translate at the edge
         raise FlushError(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
-    after = current_snapshot(spark, name)
+    after = current_snapshot(catalog, name)
     committed = None if after is None else after.summary.get(WAL_TO_PROP)
     if after is None or committed != str(head):
         raise FlushError(f"Flush of {gw!r}: lake watermark is {committed}, expected {head}")
@@ -215,6 +235,7 @@ def commit_flush(
 
 def flush_gateway(
     spark: SparkSession,
+    catalog: Catalog,
     wal: FlushWal,
     source: JdbcSource,
     gw: str,
@@ -223,10 +244,11 @@ def flush_gateway(
     after_commit: Callable[[FlushResult], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> FlushResult:
-    """Flush ``gw``'s WAL entries after the lake watermark into ``lakesync_deltas``."""
+    """Flush ``gw``'s WAL entries after the lake watermark into ``lakesync_deltas``
+    (``catalog``: pyiceberg over the session's catalog, for the snapshot summaries)."""
     started = clock()
-    plan = plan_flush(spark, wal, gw, max_entries=max_entries)
-    result = commit_flush(spark, wal, source, plan, after_commit=after_commit, clock=clock)
+    plan = plan_flush(spark, catalog, wal, gw, max_entries=max_entries)
+    result = commit_flush(spark, catalog, wal, source, plan, after_commit=after_commit, clock=clock)
     return FlushResult(
         result.gateway_id,
         result.from_cursor,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from ..adapters.destination import Destination
 from ..core.delta import check_identifier
 from ..core.schema import TableSchema
+from .arrow import collect_arrow
 from .layout import CURSOR_COL, LIVE_COL, ensure_state_table, log_table, q, synced_columns
 from .snapshots import current_snapshot
 
@@ -81,16 +82,6 @@ def changed_rows(state: DataFrame, schema: TableSchema, after: int) -> DataFrame
     )
 
 
-def _collect_arrow(df: DataFrame) -> pa.Table:
-    """The frame as one Arrow table (one Spark job, collected through Arrow)."""
-    import pyarrow as pa
-
-    batches = df._collect_as_arrow(split_batches=True)
-    if not batches:
-        return pa.table({name: pa.array([], pa.null()) for name in df.columns})
-    return pa.Table.from_batches(batches)
-
-
 def _read_arrow(
     catalog: Catalog, gw: str, schema: TableSchema, after: int, ensure: Callable[[], object]
 ) -> pa.Table:
@@ -133,19 +124,22 @@ def _read_arrow_at(
 
 def materialise_table(
     spark: SparkSession,
+    catalog: Catalog,
     gw: str,
     schema: TableSchema,
     destination: Destination[TxT],
     dest_table: str | None = None,
     *,
-    catalog: Catalog | None = None,
+    rows_catalog: Catalog | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     clock: Callable[[], float] = time.monotonic,
     tier: ColdTier[TxT] | None = None,
 ) -> MaterialiseResult:
     """Apply the state rows of ``schema`` changed since ``destination``'s watermark.
 
-    ``catalog``: a pyiceberg catalog over the same lake to read the rows with (else Spark).
+    ``catalog``: pyiceberg over the session's catalog (the state table's current snapshot);
+    ``rows_catalog``: a pyiceberg catalog the driver reads the rows with itself (see
+    ``local_pyiceberg_catalog``; else Spark reads them).
     ``tier``: the table's cold tier (a destination with a ``lifecycle``): changed rows that
     went cold are promoted back first, and released from the cold tier after the commit.
     """
@@ -158,18 +152,18 @@ def materialise_table(
     # One read of one snapshot of the state: the batch and its top cursor agree. The rows end
     # up on the driver either way, so where the driver can read the lake itself (``catalog``,
     # see ``local_pyiceberg_catalog``) pyiceberg reads them, without a Spark job's fixed cost.
-    if catalog is not None:
+    if rows_catalog is not None:
         changed, snapshot_id = _read_arrow_at(
-            catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
+            rows_catalog, gw, schema, mark, lambda: ensure_state_table(spark, gw, schema)
         )
     else:
         # The current snapshot, read with the current schema (a snapshot named by id is read
         # with the schema it was written with); the stage holds the lake's lock, so nothing
         # commits between the two.
         name = ensure_state_table(spark, gw, schema)
-        current = current_snapshot(spark, name)
+        current = current_snapshot(catalog, name)
         snapshot_id = None if current is None else current.snapshot_id
-        changed = _collect_arrow(changed_rows(spark.table(name), schema, mark))
+        changed = collect_arrow(changed_rows(spark.table(name), schema, mark))
     value_names = ["row_id", *[name for name, _ in synced_columns(schema)]]
     upserted = deleted = 0
     top = mark

@@ -1,27 +1,34 @@
-"""Iceberg table metadata read through the Iceberg Java API of the running Spark session.
+"""Iceberg table metadata read with pyiceberg, over the catalog the Spark session writes.
 
-Watermarks and commit summaries live in snapshot metadata. Reading them with Spark SQL over
-the ``history`` / ``snapshots`` metadata tables costs a Spark job each (100-300 ms); reading them
-from the catalog's ``Table`` object costs a catalog lookup and a metadata-file read. Every call
-refreshes the table first, so commits made by other processes are seen.
+Watermarks and commit summaries live in snapshot metadata. Reading them with Spark SQL over the
+``snapshots`` metadata table costs a Spark job each (100-300 ms); pyiceberg reads the catalog's
+row and the table's metadata file in this process (~10-30 ms), with a classic session and a
+Spark Connect one alike (no JVM is needed here). Every call loads the table afresh, so commits
+made by other processes (a Connect server, another pipeline process) are seen.
+
+The catalog is :func:`lakesync_platform.spark.session.pyiceberg_catalog` of the session's
+settings: the same JDBC catalog (SQLite or PostgreSQL) and warehouse, S3 included.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .session import CATALOG
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
 
-__all__ = ["SnapshotInfo", "ancestors", "current_snapshot", "load_table"]
+__all__ = ["SnapshotInfo", "ancestors", "current_snapshot", "load_table", "table_identifier"]
 
 
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
-    """One snapshot: its id and its summary (string properties)."""
+    """One snapshot: its id and its summary (string properties, without ``operation``)."""
 
     snapshot_id: int
     summary: dict[str, str]
@@ -32,38 +39,58 @@ class SnapshotInfo:
         return default if value is None else int(value)
 
 
-def load_table(spark: SparkSession, qualified: str) -> Any:
-    """The refreshed ``org.apache.iceberg.Table`` for a quoted, fully qualified Spark name."""
-    jvm: Any = spark._jvm
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
-        spark._jsparkSession,
-        qualified,
-    )
-    table.refresh()
-    return table
+def table_identifier(qualified: str) -> tuple[str, str]:
+    """Pure: a quoted, fully qualified Spark name (``lakesync.`gw`.`t```, the catalog part
+    optional) → pyiceberg's ``(namespace, table)``."""
+    parts: list[str] = []
+    current: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(qualified):
+        ch = qualified[i]
+        if ch == "`":
+            if quoted and qualified[i + 1 : i + 2] == "`":
+                current.append("`")
+                i += 2
+                continue
+            quoted = not quoted
+        elif ch == "." and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    parts.append("".join(current))
+    if len(parts) == 3 and parts[0] == CATALOG:
+        parts = parts[1:]
+    if len(parts) != 2 or not all(parts):
+        raise ValueError(f"not a table of catalog {CATALOG!r}: {qualified!r}")
+    return parts[0], parts[1]
 
 
-def _info(spark: SparkSession, snapshot: Any) -> SnapshotInfo:
-    # One call for the whole snapshot as JSON: converting the Java summary map to a dict costs
-    # a py4j round trip per entry (~30 ms for a Spark commit's summary, against ~2 ms).
-    jvm: Any = spark._jvm
-    parsed = json.loads(jvm.org.apache.iceberg.SnapshotParser.toJson(snapshot))
-    summary = parsed.get("summary", {})
-    summary.pop("operation", None)  # the JSON form adds it; the summary map does not hold it
-    return SnapshotInfo(int(parsed["snapshot-id"]), {k: str(v) for k, v in summary.items()})
+def load_table(catalog: Catalog, qualified: str) -> Table:
+    """The pyiceberg table for a quoted, fully qualified Spark name, loaded now (its latest
+    commit)."""
+    return catalog.load_table(table_identifier(qualified))
 
 
-def current_snapshot(spark: SparkSession, qualified: str) -> SnapshotInfo | None:
+def _info(snapshot: Snapshot) -> SnapshotInfo:
+    summary = {} if snapshot.summary is None else snapshot.summary.additional_properties
+    return SnapshotInfo(snapshot.snapshot_id, {str(k): str(v) for k, v in summary.items()})
+
+
+def current_snapshot(catalog: Catalog, qualified: str) -> SnapshotInfo | None:
     """The table's current snapshot (``None`` while the table has none)."""
-    snapshot = load_table(spark, qualified).currentSnapshot()
-    return None if snapshot is None else _info(spark, snapshot)
+    snapshot = load_table(catalog, qualified).current_snapshot()
+    return None if snapshot is None else _info(snapshot)
 
 
-def ancestors(spark: SparkSession, qualified: str) -> Iterator[SnapshotInfo]:
-    """The current snapshot, then its parents, newest first (lazily: stop early to save work)."""
-    table = load_table(spark, qualified)
-    snapshot = table.currentSnapshot()
+def ancestors(catalog: Catalog, qualified: str) -> Iterator[SnapshotInfo]:
+    """The current snapshot, then its parents, newest first (lazily: stop early to save work;
+    the table's metadata is loaded once, on the first step)."""
+    metadata = load_table(catalog, qualified).metadata
+    snapshot = metadata.current_snapshot()
     while snapshot is not None:
-        yield _info(spark, snapshot)
-        parent = snapshot.parentId()
-        snapshot = None if parent is None else table.snapshot(parent)
+        yield _info(snapshot)
+        parent = snapshot.parent_snapshot_id
+        snapshot = None if parent is None else metadata.snapshot_by_id(parent)

@@ -42,12 +42,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .lake_files import delete_prefix, list_prefix
 from .layout import namespace, q, table_exists
 from .snapshots import load_table
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.io import FileIO
     from pyspark.sql import SparkSession
 
 __all__ = ["GENERATIONS", "READY", "STAGED_PROP", "Staged", "StagedSwap"]
@@ -82,9 +85,11 @@ class Staged:
 
 @dataclass
 class StagedSwap:
-    """The table ``name`` of gateway ``gw`` and its staging table ``<name>__staging``."""
+    """The table ``name`` of gateway ``gw`` and its staging table ``<name>__staging``
+    (``catalog``: pyiceberg over the session's catalog, for the tables' metadata and files)."""
 
     spark: SparkSession
+    catalog: Catalog
     gw: str
     name: str
     _ns_location: str | None = field(default=None, repr=False)
@@ -103,12 +108,13 @@ class StagedSwap:
         """The staging table left by a run, or ``None``."""
         if not table_exists(self.spark, self.staging):
             return None
-        table = load_table(self.spark, self.staging)
-        snapshot = table.currentSnapshot()
+        table = load_table(self.catalog, self.staging)
+        snapshot = table.current_snapshot()
         records = None
         if snapshot is not None:
-            records = int(snapshot.summary().get("total-records") or 0)
-        return Staged(dict(table.properties()), records)
+            summary = {} if snapshot.summary is None else snapshot.summary.additional_properties
+            records = int(summary.get("total-records") or 0)
+        return Staged(dict(table.properties), records)
 
     def create_staging(self, columns: str, properties: Mapping[str, str] = {}) -> None:
         """A new, empty staging table (``columns``: Spark SQL column definitions) in a
@@ -151,13 +157,13 @@ class StagedSwap:
         names (``PURGE``)."""
         if not table_exists(self.spark, table):
             return
-        loaded = load_table(self.spark, table)
+        loaded = load_table(self.catalog, table)
         location = str(loaded.location()).rstrip("/")
         if not _normalized(location).startswith(_normalized(self._generations() + "/")):
             self.spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")
             return
         self.spark.sql(f"DROP TABLE IF EXISTS {table}")  # then the folder, by one delete
-        loaded.io().deletePrefix(location + "/")
+        delete_prefix(loaded.io, location + "/")
 
     def sweep(self) -> int:
         """Delete the generation folders of this table that neither it nor its staging table
@@ -167,19 +173,19 @@ class StagedSwap:
         live = [t for t in (self.target, self.staging) if table_exists(self.spark, t)]
         if not live:
             return 0
-        tables = [load_table(self.spark, t) for t in live]
+        tables = [load_table(self.catalog, t) for t in live]
         keep = {str(t.location()).rstrip("/").rsplit("/", 1)[-1] for t in tables}
-        io = tables[0].io()
+        io = tables[0].io
         root = f"{self._generations()}/"
         folders = _generation_folders(io, root)
         stray = sorted(gen for gen in folders if gen not in keep)
         for gen in stray:
-            io.deletePrefix(folders[gen])
+            delete_prefix(io, folders[gen])
         in_use = {_normalized(str(t.location()).rstrip("/")) for t in tables}
         for legacy in (self.name, self.name + "__staging"):
             folder = f"{self._namespace_folder()}/{legacy}"
             if _normalized(folder) not in in_use:  # a release before generations left it
-                io.deletePrefix(folder + "/")
+                delete_prefix(io, folder + "/")
         return len(stray)
 
     def _namespace_folder(self) -> str:
@@ -195,24 +201,18 @@ class StagedSwap:
         return f"{self._namespace_folder()}/{GENERATIONS}/{self.name}"
 
 
-def _generation_folders(io: Any, root: str) -> dict[str, str]:
+def _generation_folders(io: FileIO, root: str) -> dict[str, str]:
     """Generation id → its folder as the file I/O spells it, for every file under ``root``
     (none when the folder does not exist)."""
     marker = _normalized(root)
     found: dict[str, str] = {}
-    try:
-        files = io.listPrefix(root).iterator()
-        while files.hasNext():
-            path = str(files.next().location())
-            at = path.find(marker)
-            if at < 0:
-                continue
-            gen = path[at + len(marker) :].split("/", 1)[0]
-            found.setdefault(gen, path[: at + len(marker)] + gen + "/")
-    except Exception as exc:  # py4j's error; a folder that does not exist yet has nothing to sweep
-        java = getattr(exc, "java_exception", None)
-        if java is None or "FileNotFoundException" not in str(java.toString()):
-            raise
+    for file in list_prefix(io, root):
+        path = file.location
+        at = path.find(marker)
+        if at < 0:
+            continue
+        gen = path[at + len(marker) :].split("/", 1)[0]
+        found.setdefault(gen, path[: at + len(marker)] + gen + "/")
     return found
 
 

@@ -46,7 +46,8 @@ from .layout import (
 from .snapshots import current_snapshot
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyiceberg.catalog import Catalog
+    from pyspark.sql import DataFrame, Row, SparkSession
 
 __all__ = [
     "StateResult",
@@ -83,9 +84,10 @@ class StateResult:
     snapshot_id: int | None = None
 
 
-# The transforms below are written as SQL expression text (``selectExpr`` / ``expr``): one py4j
-# call per output column, where the same plan built from ``Column`` objects costs a round trip
-# per function call (hundreds per table, a noticeable part of a small run).
+# The transforms below are written as SQL expression text (``selectExpr`` / ``expr``): one
+# expression per output column, where the same plan built from ``Column`` objects costs a py4j
+# round trip per function call on a classic session (hundreds per table, a noticeable part of a
+# small run) and a larger plan to send through Spark Connect.
 
 
 def _key(client: str) -> str:
@@ -176,8 +178,9 @@ def _finish(schema: TableSchema) -> tuple[list[str], list[str]]:
 def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
     """Pure: change-log rows of ``schema.table`` → one partial state row per ``row_id``.
 
-    Built as one SQL statement over ``log`` (one parse and analysis of the whole plan, where
-    chained DataFrame calls analyse it once per call)."""
+    Built from SQL expression text on ``log`` itself, with no temporary view: the frame stays
+    valid for as long as it is used (a Spark Connect plan, and a ``writeTo`` on a classic
+    session, are analysed again when they run)."""
     cols = synced_columns(schema)
     json_columns = [name for name, typ in cols if typ == "json"]
     stamp = "'hlc', hlc, 'k', _k, 'client_id', client_id"
@@ -205,26 +208,23 @@ def fold_log(log: DataFrame, schema: TableSchema) -> DataFrame:
             f"_w{i}.hlc AS {q(hlc_col(name))}",
             f"_w{i}.client_id AS {q(client_col(name))}",
         ]
-    view = f"lakesync_log_{uuid.uuid4().hex}"
     # Struct fields compare in order: hlc, then the client key, then the cursor (the later log
     # entry wins an exact tie, see the module docstring).
+    from pyspark.sql import functions as F
+
     keeps, finished = _finish(schema)
-    where = f"WHERE `table` = {_sql_string(log_table(schema))}"
-    entries = (
-        f"SELECT row_id, cursor, op, client_id, hlc, {_PARSED} AS _m, "
-        f"{_elements(json_columns)} AS _e, {_key('client_id')} AS _k FROM {view} {where}"
+    entries = log.where(f"`table` = {_sql_string(log_table(schema))}").selectExpr(
+        "row_id",
+        "cursor",
+        "op",
+        "client_id",
+        "hlc",
+        f"{_PARSED} AS _m",
+        f"{_elements(json_columns)} AS _e",
+        f"{_key('client_id')} AS _k",
     )
-    sql = (
-        f"SELECT {', '.join(finished)} FROM (SELECT {', '.join(keeps)} FROM ("
-        f"SELECT {', '.join(projected)} FROM ("
-        f"SELECT row_id, {', '.join(aggs)} FROM ({entries}) GROUP BY row_id)))"
-    )
-    spark = log.sparkSession
-    log.createOrReplaceTempView(view)
-    try:
-        return spark.sql(sql)  # analysed here: the view is resolved and may go
-    finally:
-        spark.catalog.dropTempView(view)
+    folded = entries.groupBy("row_id").agg(*(F.expr(agg) for agg in aggs))
+    return folded.selectExpr(*projected).selectExpr(*keeps).selectExpr(*finished)
 
 
 def merge_states(current: DataFrame, incoming: DataFrame, schema: TableSchema) -> DataFrame:
@@ -268,6 +268,7 @@ def state_watermark(spark: SparkSession, table_name: str) -> int:
 
 def update_state(
     spark: SparkSession,
+    catalog: Catalog,
     gw: str,
     schema: TableSchema,
     *,
@@ -277,8 +278,8 @@ def update_state(
 
     Idempotent: re-merging entries changes nothing (the merge is a join), and the watermark is
     part of the state rows themselves (``max(_ls$cursor)``), so it commits atomically with them.
+    ``catalog`` (pyiceberg over the session's catalog) reads the snapshots.
     """
-    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
     from .flush import lake_watermark
@@ -286,11 +287,11 @@ def update_state(
     started = clock()
     target = ensure_state_table(spark, gw, schema)
     log_name = ensure_deltas_table(spark, gw)
-    before = current_snapshot(spark, target)
+    before = current_snapshot(catalog, target)
     # State rows are never removed (a delete marks them dead), so no records means no state.
     empty = before is None or before.int_prop("total-records") == 0
     mark = 0 if empty else state_watermark(spark, target)
-    lake = lake_watermark(spark, gw)
+    lake = lake_watermark(spark, gw, catalog)
     upper = lake.cursor
     unchanged = None if before is None else before.snapshot_id
     if upper <= mark or lake.snapshot_id is None:
@@ -306,30 +307,23 @@ def update_state(
         batch = batch.filter(F.col("cursor") > F.lit(mark))
     incoming = fold_log(batch, schema)
     if empty:
-        # First load: the folded batch *is* the state — one append, no join, no cache; its
-        # figures are observed while it is written. (Stages of one lake hold its lock,
-        # lakesync_platform/pipeline/lock.py: no other first load runs meanwhile.)
-        observed = Observation(f"lakesync_state_{uuid.uuid4().hex}")
-        incoming.observe(
-            observed,
-            F.count(F.lit(1)).alias("rows"),
-            F.count_if(F.col(q(LIVE_COL))).alias("live"),
-            F.max(q(CURSOR_COL)).alias("top"),
-        ).writeTo(target).append()
-        first = observed.get
+        # First load: the folded batch *is* the state — one append, no join, no cache. Its
+        # figures come from one aggregate of the two narrow columns of the snapshot it wrote
+        # (``Observation``, which gathered them during the write, is not implemented by Spark
+        # Connect 3.5; a first load happens once per table). Stages of one lake hold its lock,
+        # lakesync_platform/pipeline/lock.py: no other commit lands meanwhile.
+        incoming.writeTo(target).append()
+        written = _current(catalog, target)
+        if written is None:
+            return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started, None)
+        first = _figures(spark.read.option("snapshot-id", str(written)).table(target))
         rows = int(first["rows"])
         top = int(first["top"]) if rows else mark
         live = int(first["live"])
-        return StateResult(
-            gw, schema.table, mark + 1, top, rows, live, clock() - started, _current(spark, target)
-        )
+        return StateResult(gw, schema.table, mark + 1, top, rows, live, clock() - started, written)
     merged = merge_states(spark.table(target), incoming, schema).cache()
     try:
-        stats = merged.agg(
-            F.count("*").alias("rows"),
-            F.count_if(F.col(q(LIVE_COL))).alias("live"),
-            F.max(q(CURSOR_COL)).alias("top"),
-        ).collect()[0]
+        stats = _figures(merged)
         changed = int(stats["rows"])
         if changed == 0:
             return StateResult(gw, schema.table, mark + 1, mark, 0, 0, clock() - started, unchanged)
@@ -350,11 +344,22 @@ def update_state(
         changed,
         int(stats["live"]),
         clock() - started,
-        _current(spark, target),
+        _current(catalog, target),
     )
 
 
-def _current(spark: SparkSession, table_name: str) -> int | None:
+def _figures(state: DataFrame) -> Row:
+    """One row of a run's figures over state rows: ``rows``, ``live`` and ``top`` (cursor)."""
+    from pyspark.sql import functions as F
+
+    return state.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count_if(F.col(q(LIVE_COL))).alias("live"),
+        F.max(q(CURSOR_COL)).alias("top"),
+    ).collect()[0]
+
+
+def _current(catalog: Catalog, table_name: str) -> int | None:
     """The table's current snapshot id (what a run just committed)."""
-    snapshot = current_snapshot(spark, table_name)
+    snapshot = current_snapshot(catalog, table_name)
     return None if snapshot is None else snapshot.snapshot_id

@@ -10,10 +10,13 @@ temporary view of that table read at the snapshot chosen for it (:func:`pin_tabl
 * ``snapshot_id`` — the table that holds that snapshot at exactly it, the others as of the
   moment it was committed: the whole lake as that commit left it.
 
-Only a query runs (``SELECT``, ``WITH … SELECT``, ``VALUES``, ``TABLE``): the text is parsed
-with Spark's query grammar first, so ``DROP``, ``INSERT``, ``CALL`` and the like are refused
-before anything executes. Names qualified with the catalog (``lakesync.<gw>.<table>``) read the
-table's current snapshot, not the pinned one.
+Only a query runs (``SELECT``, ``WITH … SELECT``, ``VALUES``, ``TABLE``): the text is run as a
+subquery, ``SELECT * FROM (<text>) LIMIT n``, so what Spark parses is a query whatever the text
+says — ``DROP``, ``INSERT``, ``CALL`` and the like fail to parse there and are refused before
+anything executes (a statement Spark would run eagerly never reaches it on its own). This needs
+no parser of our own nor Spark's JVM parser, so it works through Spark Connect as on a classic
+session. Names qualified with the catalog (``lakesync.<gw>.<table>``) read the table's current
+snapshot, not the pinned one.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.errors import NotFoundError, ValidationError
+from .arrow import collect_arrow
 from .history import TableHistory
-from .java_errors import one_line
+from .java_errors import message_parameter, one_line
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -165,13 +169,13 @@ def _as_of(histories: Mapping[str, TableHistory], as_of_ms: int) -> Pins:
     return Pins(tuple(pinned), missing)
 
 
-def _check_query(spark: SparkSession, sql: str) -> None:
-    """Refuse anything but one query, before Spark runs it (commands execute eagerly)."""
-    jvm: Any = spark._jvm
-    try:
-        jvm.org.apache.spark.sql.execution.SparkSqlParser().parseQuery(sql)
-    except Exception as exc:  # ParseException through py4j: one line, no stack trace
-        raise ValidationError(f"not a query lakesync query runs: {one_line(exc)}") from None
+_TRAILING = re.compile(r"[\s;]+$")
+
+
+def _as_subquery(sql: str, limit: int) -> str:
+    """Pure: ``sql`` as the subquery of a bounded query — whatever it says, the statement is a
+    query (a trailing ``;`` is dropped; the newlines end a trailing ``--`` comment)."""
+    return f"SELECT * FROM (\n{_TRAILING.sub('', sql)}\n) AS lakesync_query LIMIT {int(limit)}"
 
 
 def run_query(
@@ -185,9 +189,8 @@ def run_query(
     """Run ``sql`` over the tables of ``namespace`` (quoted, e.g. ``lakesync.`demo```) read at
     ``pins``; at most ``max_rows`` rows come back. Failures raise one-line
     :class:`ValidationError` / :class:`NotFoundError`."""
-    import pyarrow as pa
+    from pyspark.errors import ParseException
 
-    _check_query(spark, sql)
     views = []
     try:
         for pin in pins.pinned:
@@ -198,26 +201,23 @@ def run_query(
             reader.table(f"{namespace}.{name}").createOrReplaceTempView(pin.table)
             views.append(pin.table)
         try:
-            frame = spark.sql(sql)
-            batches = frame.limit(max_rows + 1)._collect_as_arrow(split_batches=True)
+            rows = collect_arrow(spark.sql(_as_subquery(sql, max_rows + 1)))
+        except ParseException as exc:  # not one query (or not SQL): refused, nothing ran
+            raise ValidationError(f"not a query lakesync query runs: {one_line(exc)}") from None
         except Exception as exc:  # analysis / runtime errors: one line, no Java stack trace
             raise _query_error(exc, pins) from None
     finally:
         for view in views:
             spark.catalog.dropTempView(view)
-    if batches:
-        rows = pa.Table.from_batches(batches)
-    else:
-        rows = pa.table({name: pa.array([], pa.null()) for name in frame.columns})
     truncated = rows.num_rows > max_rows
     return QueryResult(rows.slice(0, max_rows), truncated, pins)
 
 
 def _query_error(exc: Exception, pins: Pins) -> Exception:
     """A missing pinned table named as such; anything else as Spark said it, on one line."""
-    params: Any = getattr(exc, "getMessageParameters", lambda: None)()  # a py4j JavaMap
-    if isinstance(params, Mapping) and "relationName" in params:
-        name = str(params["relationName"]).strip("`")
+    relation = message_parameter(exc, "relationName")
+    if relation is not None:
+        name = relation.strip("`")
         if name in pins.missing:
             return NotFoundError(pins.missing[name])
     return ValidationError(f"query failed: {one_line(exc)}")

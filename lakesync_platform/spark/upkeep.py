@@ -1,19 +1,32 @@
 """Lake upkeep of one Iceberg table: compaction, snapshot expiry and orphan removal.
 
-Every step is Iceberg's own Spark maintenance — the actions behind the ``rewrite_data_files``,
-``rewrite_position_delete_files``, ``rewrite_manifests``, ``expire_snapshots`` and
-``remove_orphan_files`` procedures (``org.apache.iceberg.spark.actions.SparkActions``, with the
-procedures' option names). The actions are called directly rather than through ``CALL`` for two
-reasons the procedures of Iceberg 1.10 cannot serve:
+Every step is one of Iceberg's Spark procedures, run by ``CALL lakesync.system.…`` — which a
+classic session and a Spark Connect client run alike (no JVM handle is needed):
+``rewrite_data_files`` (bin-pack; state tables sorted by ``row_id``, applying their
+merge-on-read deletes), ``rewrite_position_delete_files``, ``rewrite_manifests``,
+``expire_snapshots`` and ``remove_orphan_files``. The table's metadata (files, snapshots,
+manifests) is read with pyiceberg, from the same catalog. Two things the procedures of Iceberg
+1.10 cannot do, and what is done instead (checked in its source, ``spark/v3.5/.../procedures``;
+Iceberg's main branch is the same):
 
-* a commit made by compaction must carry the lake's watermark in its snapshot summary
-  (``snapshotProperty``; the procedures take no snapshot properties) — see
-  :func:`compact_table`;
-* orphan removal may be given an age under a day (the procedure refuses one; the action takes
-  it), which the tests use and an operator who writes the lake only through LakeSync may choose.
+* **no snapshot properties** — the actions' ``snapshotProperty`` has no procedure argument, so
+  compaction commits no longer carry ``lakesync.wal.to`` or :data:`UPKEEP_PROP`. The watermark
+  survives anyway: the flush reads it from the newest *ancestor* that carries it (compaction
+  commits are skipped), expiry keeps that snapshot whatever its age
+  (:func:`expiry_cutoff`'s ``keep``), and where compaction committed to a table and the caller
+  passes ``properties`` (the change log's watermark) :func:`compact_table` ends with one empty
+  append that carries them and ``lakesync.upkeep=watermark`` — so the current snapshot holds the
+  watermark again and the next expiry may drop the pre-compaction snapshots and their files.
+  Upkeep's own commits are recognised by their operation (``replace``: only rewrites make it)
+  or :data:`UPKEEP_PROP` (:func:`upkeep_commit`).
+* **no orphan age under a day** — ``remove_orphan_files`` refuses an ``older_than`` less than
+  24 hours ago (unless the server runs with ``spark.testing``). For a shorter age (the tests,
+  or an operator who writes the lake only through LakeSync) the table's folder is listed here
+  (pyiceberg's file I/O, local disk or S3), the files past the age are handed to the procedure
+  as its ``file_list_view``, each stamped with the epoch so its own (day-long) age filter passes
+  them, and the procedure decides which of them no snapshot references and deletes those.
 
-:func:`compact_table` rewrites small data files (bin-pack; state tables sorted by ``row_id``,
-applying their merge-on-read deletes), then position delete files, then manifests.
+:func:`compact_table` rewrites small data files, then position delete files, then manifests.
 :func:`expire_table` expires the snapshots older than :func:`expiry_cutoff` (never one the
 time-travel window, a watermark or a tag or branch still needs) and removes orphan files. The
 callers (:mod:`lakesync_platform.pipeline.upkeep`) hold the lake's lock around each of them.
@@ -22,16 +35,21 @@ callers (:mod:`lakesync_platform.pipeline.upkeep`) hold the lake's lock around e
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import FlushError
-from .history import TableHistory, history_from_spark
+from .history import SnapshotEntry, TableHistory, history_from_pyiceberg
+from .lake_files import list_prefix
 from .snapshots import load_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyspark.sql import Row, SparkSession
 
 __all__ = [
     "UPKEEP_PROP",
@@ -45,10 +63,15 @@ __all__ = [
     "files_in",
     "rewrite_options",
     "table_files",
+    "upkeep_commit",
 ]
 
 UPKEEP_PROP = "lakesync.upkeep"
-"""Snapshot-summary key on every commit upkeep makes: which step made it."""
+"""Snapshot-summary key of the watermark commit compaction makes (``watermark``); the commits of
+an earlier release's upkeep name their step in it too."""
+_DAY_MS = 86_400_000
+_MARGIN_MS = 60_000
+"""How far past a day an orphan age must be for the procedure's own check (its clock runs on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,14 +180,10 @@ def expiry_cutoff(
     return cutoff
 
 
-def _actions(spark: SparkSession) -> Any:
-    jvm: Any = spark._jvm
-    return jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
-
-
-def _size(spark: SparkSession, iterable: Any) -> int:
-    jvm: Any = spark._jvm
-    return int(jvm.org.apache.iceberg.relocated.com.google.common.collect.Iterables.size(iterable))
+def upkeep_commit(snapshot: SnapshotEntry) -> bool:
+    """Whether upkeep made the commit: a rewrite (operation ``replace``) or a watermark commit
+    (:data:`UPKEEP_PROP`)."""
+    return snapshot.operation == "replace" or UPKEEP_PROP in snapshot.summary
 
 
 def files_in(history: TableHistory) -> TableFiles:
@@ -184,23 +203,61 @@ def files_in(history: TableHistory) -> TableFiles:
     )
 
 
-def table_files(spark: SparkSession, qualified: str) -> TableFiles:
+def table_files(catalog: Catalog, qualified: str) -> TableFiles:
     """The totals of a table's current snapshot (no Spark job: its metadata only)."""
-    return files_in(history_from_spark(spark, load_table(spark, qualified)))
+    return files_in(history_from_pyiceberg(load_table(catalog, qualified)))
 
 
-def _run(what: str, qualified: str, action: Callable[[], Any]) -> Any:
-    """Run a Java action, its failure as one :class:`FlushError` line."""
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _timestamp(ms: int) -> str:
+    """SQL: a timestamp literal for ``ms`` since the epoch, its offset named (procedure arguments
+    must be literals; the offset keeps the session's time zone out of it)."""
+    moment = datetime.fromtimestamp(ms // 1000, UTC).replace(microsecond=(ms % 1000) * 1000)
+    return f"TIMESTAMP '{moment.isoformat(timespec='milliseconds')}'"
+
+
+def _options(options: Mapping[str, str]) -> str:
+    """SQL: ``map('k', 'v', …)``."""
+    return (
+        "map(" + ", ".join(f"{_sql_string(k)}, {_sql_string(v)}" for k, v in options.items()) + ")"
+    )
+
+
+def _call(spark: SparkSession, procedure: str, qualified: str, args: str = "") -> list[Row]:
+    """``CALL lakesync.system.<procedure>(table => qualified, args)``, its rows; a failure as
+    one :class:`FlushError` line."""
+    extra = f", {args}" if args else ""
+    sql = f"CALL lakesync.system.{procedure}(table => {_sql_string(qualified)}{extra})"
     try:
-        return action()
-    except Exception as exc:  # py4j: translate at the edge, no Java stack trace
+        return spark.sql(sql).collect()
+    except Exception as exc:  # Spark's errors (classic or Connect): translate at the edge
         from .java_errors import one_line
 
-        raise FlushError(f"{what} of {qualified} failed: {one_line(exc)}") from exc
+        raise FlushError(f"{procedure} of {qualified} failed: {one_line(exc)}") from exc
+
+
+def _first(rows: list[Row], column: str) -> int:
+    return int(rows[0][column] or 0) if rows else 0
+
+
+def _manifests(table: Table) -> tuple[int, int]:
+    """How many data and delete manifests the table's current snapshot has."""
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return 0, 0
+    manifests = snapshot.manifests(table.io)
+    deletes = sum(1 for m in manifests if m.content == ManifestContent.DELETES)
+    return len(manifests) - deletes, deletes
 
 
 def compact_table(
     spark: SparkSession,
+    catalog: Catalog,
     gw: str,
     table: str,
     qualified: str,
@@ -215,62 +272,47 @@ def compact_table(
     ``min_input_files`` of a kind; Iceberg merges them itself from 100 on).
 
     ``sort_by_row_id``: a state table (sorted by ``row_id``, its deletes applied); else
-    bin-pack. ``properties`` go into the summary of every commit, beside
-    :data:`UPKEEP_PROP`: the change log's compaction commits carry the lake watermark there,
-    so the watermark is read from the current snapshot after compaction as after a flush.
+    bin-pack. ``properties``: when a step committed, one empty append carrying them (and
+    :data:`UPKEEP_PROP` = ``watermark``) follows — the change log's lake watermark, so the
+    current snapshot holds it after compaction as after a flush (module docstring).
     """
     started = clock()
-    jtable = load_table(spark, qualified)
-    before_history = history_from_spark(spark, jtable)
+    before_history = history_from_pyiceberg(load_table(catalog, qualified))
     before = files_in(before_history)
     rewritten = added = rewritten_deletes = manifests = 0
-
-    def stamped(action: Any, step: str) -> Any:
-        action = action.snapshotProperty(UPKEEP_PROP, step)
-        for key, value in properties.items():
-            action = action.snapshotProperty(key, value)
-        return action
-
     if before_history.current is not None and (before.data_files > 1 or before.delete_files):
-        action = _actions(spark).rewriteDataFiles(jtable)
-        if sort_by_row_id:
-            jvm: Any = spark._jvm
-            order = jvm.org.apache.iceberg.SortOrder.builderFor(jtable.schema()).asc("row_id")
-            action = action.sort(order.build())
-        else:
-            action = action.binPack()
-        for key, value in rewrite_options(policy, state=sort_by_row_id).items():
-            action = action.option(key, value)
-        result = _run(
-            "rewrite_data_files", qualified, stamped(action, "rewrite_data_files").execute
+        strategy = (
+            "'sort', sort_order => 'row_id ASC NULLS FIRST'" if sort_by_row_id else "'binpack'"
         )
-        rewritten = int(result.rewrittenDataFilesCount())
-        added = int(result.addedDataFilesCount())
-        rewritten_deletes = int(result.removedDeleteFilesCount())
-        jtable.refresh()
-    snapshot = jtable.currentSnapshot()
-    if snapshot is not None and int(snapshot.summary().get("total-delete-files") or 0):
+        options = _options(rewrite_options(policy, state=sort_by_row_id))
+        rows = _call(
+            spark, "rewrite_data_files", qualified, f"strategy => {strategy}, options => {options}"
+        )
+        rewritten = _first(rows, "rewritten_data_files_count")
+        added = _first(rows, "added_data_files_count")
+        rewritten_deletes = _first(rows, "removed_delete_files_count")
+    jtable = load_table(catalog, qualified)
+    current = history_from_pyiceberg(jtable).current
+    if current is not None and int(current.summary.get("total-delete-files") or 0):
         # All of them: after the data rewrite above, what is left is mostly dangling (it
         # points at rewritten files), and a rewrite drops dangling deletes; a lone delete file
         # would otherwise never reach a rewrite group (Iceberg wants two or more).
-        action = _actions(spark).rewritePositionDeletes(jtable).option("rewrite-all", "true")
-        result = _run(
+        rows = _call(
+            spark,
             "rewrite_position_delete_files",
             qualified,
-            stamped(action, "rewrite_position_delete_files").execute,
+            f"options => {_options({'rewrite-all': 'true'})}",
         )
-        rewritten_deletes += int(result.rewrittenDeleteFilesCount())
-        jtable.refresh()
-        snapshot = jtable.currentSnapshot()
-    if snapshot is not None and (
-        _size(spark, snapshot.dataManifests(jtable.io())) >= policy.min_input_files
-        or _size(spark, snapshot.deleteManifests(jtable.io())) >= policy.min_input_files
-    ):
-        action = stamped(_actions(spark).rewriteManifests(jtable), "rewrite_manifests")
-        result = _run("rewrite_manifests", qualified, action.execute)
-        manifests = _size(spark, result.rewrittenManifests())
-        jtable.refresh()
-    after_history = history_from_spark(spark, jtable)
+        rewritten_deletes += _first(rows, "rewritten_delete_files_count")
+        jtable = load_table(catalog, qualified)
+    data_manifests, delete_manifests = _manifests(jtable)
+    if max(data_manifests, delete_manifests) >= policy.min_input_files:
+        rows = _call(spark, "rewrite_manifests", qualified)
+        manifests = _first(rows, "rewritten_manifests_count")
+    after_history = history_from_pyiceberg(load_table(catalog, qualified))
+    if properties and after_history.current_id != before_history.current_id:
+        _commit_properties(spark, qualified, {**properties, UPKEEP_PROP: "watermark"})
+        after_history = history_from_pyiceberg(load_table(catalog, qualified))
     new = [
         s.snapshot_id
         for s in after_history.ancestors()
@@ -291,8 +333,23 @@ def compact_table(
     )
 
 
+def _commit_properties(spark: SparkSession, qualified: str, properties: Mapping[str, str]) -> None:
+    """One empty append to ``qualified`` whose snapshot summary carries ``properties`` (an
+    append of no rows still commits a snapshot)."""
+    writer = spark.table(qualified).limit(0).writeTo(qualified)
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    try:
+        writer.append()
+    except Exception as exc:  # Spark's errors (classic or Connect): translate at the edge
+        from .java_errors import one_line
+
+        raise FlushError(f"the watermark commit to {qualified} failed: {one_line(exc)}") from exc
+
+
 def expire_table(
     spark: SparkSession,
+    catalog: Catalog,
     gw: str,
     table: str,
     qualified: str,
@@ -310,36 +367,29 @@ def expire_table(
     branches (a checkpoint being generated pins its snapshots with tags) are kept by Iceberg.
     """
     started = clock()
-    jtable = load_table(spark, qualified)
-    history = history_from_spark(spark, jtable)
+    history = history_from_pyiceberg(load_table(catalog, qualified))
     cutoff = expiry_cutoff(history, now_ms, policy.retention_ms, keep(history))
     expirable = [s for s in history.snapshots if s.timestamp_ms < cutoff]
     deleted = 0
     if expirable and len(history.snapshots) > 1:
-        action = _actions(spark).expireSnapshots(jtable).expireOlderThan(cutoff).retainLast(1)
-        result = _run("expire_snapshots", qualified, action.execute)
+        rows = _call(
+            spark,
+            "expire_snapshots",
+            qualified,
+            f"older_than => {_timestamp(int(cutoff))}, retain_last => 1",
+        )
         deleted = sum(
-            int(n)
-            for n in (
-                result.deletedDataFilesCount(),
-                result.deletedPositionDeleteFilesCount(),
-                result.deletedEqualityDeleteFilesCount(),
-                result.deletedManifestsCount(),
-                result.deletedManifestListsCount(),
+            _first(rows, column)
+            for column in (
+                "deleted_data_files_count",
+                "deleted_position_delete_files_count",
+                "deleted_equality_delete_files_count",
+                "deleted_manifest_files_count",
+                "deleted_manifest_lists_count",
             )
         )
-        jtable.refresh()
-    after = history_from_spark(spark, jtable)
-    orphans = _run(
-        "remove_orphan_files",
-        qualified,
-        _actions(spark)
-        .deleteOrphanFiles(jtable)
-        .olderThan(now_ms - policy.orphan_age_ms)
-        .usePrefixListing(policy.prefix_listing)
-        .execute,
-    )
-    removed = _size(spark, orphans.orphanFileLocations())
+    after = history_from_pyiceberg(load_table(catalog, qualified))
+    removed = _remove_orphans(spark, catalog, qualified, policy, now_ms)
     return ExpiryResult(
         gw,
         table,
@@ -350,3 +400,51 @@ def expire_table(
         removed,
         clock() - started,
     )
+
+
+def _remove_orphans(
+    spark: SparkSession, catalog: Catalog, qualified: str, policy: UpkeepPolicy, now_ms: int
+) -> int:
+    """``remove_orphan_files`` of the files older than the policy's orphan age; how many went.
+    An age under a day goes through a listing of our own (module docstring)."""
+    older_than = now_ms - policy.orphan_age_ms
+    if policy.orphan_age_ms >= _DAY_MS + _MARGIN_MS:
+        listing = "true" if policy.prefix_listing else "false"
+        args = f"older_than => {_timestamp(older_than)}, prefix_listing => {listing}"
+        return len(_call(spark, "remove_orphan_files", qualified, args))
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+
+    table = load_table(catalog, qualified)
+    location = str(table.location()).rstrip("/")
+    candidates = [
+        (f.location,)
+        for f in list_prefix(table.io, location)
+        if f.modified_ms < older_than and not _hidden(f.location, location)
+    ]
+    if not candidates:
+        return 0
+    view = f"lakesync_orphan_candidates_{uuid.uuid4().hex}"
+    schema = StructType([StructField("file_path", StringType(), False)])
+    listed: Any = spark.createDataFrame(candidates, schema)
+    listed = listed.selectExpr("file_path", "timestamp_millis(0) AS last_modified")
+    listed = listed.select(
+        listed["file_path"], listed["last_modified"].cast(TimestampType()).alias("last_modified")
+    )
+    listed.createOrReplaceTempView(view)
+    try:
+        cutoff = now_ms - _DAY_MS - _MARGIN_MS
+        args = f"older_than => {_timestamp(cutoff)}, file_list_view => {_sql_string(view)}"
+        return len(_call(spark, "remove_orphan_files", qualified, args))
+    finally:
+        spark.catalog.dropTempView(view)
+
+
+def _hidden(path: str, root: str) -> bool:
+    """Whether a file under ``root`` sits in a hidden file or folder (``_``/``.`` prefix),
+    which Iceberg's own listing leaves alone."""
+
+    def bare(location: str) -> str:
+        return location.split(":", 1)[-1].lstrip("/")
+
+    relative = bare(path).removeprefix(bare(root)).lstrip("/")
+    return any(part.startswith(("_", ".")) for part in relative.split("/"))

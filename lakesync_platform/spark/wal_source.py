@@ -20,7 +20,13 @@ from ..wal.export import CURSOR_COLUMN, EXPORT_COLUMNS, export_query, ingested_i
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["JdbcSource", "jdbc_source", "read_ingested_ids", "read_wal_entries"]
+__all__ = [
+    "JdbcSource",
+    "default_parallelism",
+    "jdbc_source",
+    "read_ingested_ids",
+    "read_wal_entries",
+]
 
 _ROWS_PER_PARTITION = 250_000
 _MIN_ROWS_PER_PARTITION = 25_000
@@ -44,6 +50,23 @@ class JdbcSource:
         if self.password is not None:
             opts["password"] = self.password
         return opts
+
+    def quote_identifier(self, name: str) -> str:
+        """``name`` quoted as Spark's JDBC dialect for this URL quotes it (MySQL and MariaDB:
+        backticks; the others: double quotes), the quote character doubled inside."""
+        mark = "`" if self.url.startswith(("jdbc:mysql:", "jdbc:mariadb:")) else '"'
+        return mark + name.replace(mark, mark * 2) + mark
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """How many tasks keep the session's cores busy: ``spark.default.parallelism`` from the
+    session's configuration (the session factory sets it, on a classic session and on a Connect
+    server alike), else ``spark.sql.shuffle.partitions``. Read from the configuration because a
+    Spark Connect client has no ``SparkContext`` to ask."""
+    value = spark.conf.get("spark.default.parallelism", None)
+    if not value:
+        value = spark.conf.get("spark.sql.shuffle.partitions", "2")
+    return max(1, int(str(value)))
 
 
 def jdbc_source(sqlalchemy_url: str) -> JdbcSource:
@@ -88,7 +111,7 @@ def read_wal_entries(
     # Enough partitions to keep every core busy (also in the jobs that read the files this
     # read becomes), none smaller than _MIN_ROWS_PER_PARTITION, none above _ROWS_PER_PARTITION.
     by_size = span // _ROWS_PER_PARTITION + 1
-    by_cores = min(spark.sparkContext.defaultParallelism, span // _MIN_ROWS_PER_PARTITION)
+    by_cores = min(default_parallelism(spark), span // _MIN_ROWS_PER_PARTITION)
     partitions = max(1, min(16, max(by_size, by_cores)))
     reader = reader.option("dbtable", f"({query}) wal_range").option("fetchsize", "20000")
     if partitions > 1:

@@ -8,13 +8,24 @@ Only entries at or below the watermark may be trimmed (:mod:`.trim`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import func, select, update
 
 from ..core.wal import GatewayStats, WalEntry, decode_columns
 from . import tables as t
 from .database import SqlDatabase
 
-__all__ = ["SqlLog"]
+__all__ = ["CursorSpan", "SqlLog"]
+
+
+@dataclass(frozen=True, slots=True)
+class CursorSpan:
+    """How many log entries a cursor range holds and the sum of their cursors: a fingerprint a
+    copy of the range (the lake's change log) can be held to without listing the entries."""
+
+    entries: int
+    cursor_sum: int
 
 
 class SqlLog(SqlDatabase):
@@ -53,6 +64,31 @@ class SqlLog(SqlDatabase):
                 WalEntry(cur, did, tbl, rid, op, cid, hlc, decode_columns(cols), ms, size)
                 for cur, did, tbl, rid, op, cid, hlc, cols, ms, size in result
             ]
+
+    def cursor_span(self, gw: str, first: int, last: int) -> CursorSpan:
+        """Count and cursor sum of ``gw``'s entries with ``first <= cursor <= last`` (one
+        aggregate over the primary key's range, no entry leaves the database)."""
+        c = t.entries.c
+        with self.read() as conn:
+            count, total = conn.execute(
+                select(func.count(), func.coalesce(func.sum(c.cursor), 0)).where(
+                    c.gateway_id == gw, c.cursor >= first, c.cursor <= last
+                )
+            ).one()
+        return CursorSpan(int(count or 0), int(total or 0))
+
+    def cursors_between(self, gw: str, first: int, last: int, limit: int = 10) -> list[int]:
+        """The first ``limit`` cursors of ``gw``'s entries with ``first <= cursor <= last``
+        (a check's sample of what its copy lacks)."""
+        c = t.entries.c
+        with self.read() as conn:
+            rows = conn.execute(
+                select(c.cursor)
+                .where(c.gateway_id == gw, c.cursor >= first, c.cursor <= last)
+                .order_by(c.cursor)
+                .limit(limit)
+            ).scalars()
+            return [int(r) for r in rows]
 
     def max_cursor(self, gw: str) -> int:
         """The last cursor handed out by ``gw`` (0 if none)."""

@@ -88,6 +88,15 @@ def spark(spark_settings: Any, spark_server: str | None) -> Iterator[Any]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def lake_catalog(spark: Any) -> Any:
+    """pyiceberg over the catalog the shared session writes (what the stages read snapshots
+    with), from the session's own settings: a classic session's or a Connect server's."""
+    from lakesync_platform.spark.session_catalog import session_catalog
+
+    return session_catalog(spark)
+
+
 @pytest.fixture
 def gw() -> str:
     """A fresh gateway id (= Iceberg namespace) for one test."""

@@ -180,7 +180,9 @@ def _state_at_tag(spark: Any, lake: Lake, schema: TableSchema) -> dict[str, Any]
 
 
 @pytest.mark.spark
-def test_the_checkpoint_equals_the_state_tables_at_its_cursor(spark: Any, lake: Lake) -> None:
+def test_the_checkpoint_equals_the_state_tables_at_its_cursor(
+    spark: Any, lake_catalog: Any, lake: Lake
+) -> None:
     m = lake.manifest
     assert m.cursor == lake.wal.max_cursor(lake.gw)  # the state covers the whole log
     assert m.chunk_count == len(m.chunks) > 3 and m.tag == f"lakesync-checkpoint-{m.cursor}"
@@ -200,7 +202,9 @@ def test_the_checkpoint_equals_the_state_tables_at_its_cursor(spark: Any, lake: 
             if table == schema.table
         }
         assert got == expected, schema.table
-        assert lake.manifest.cursor in tagged_cursors(spark, state_table(lake.gw, schema.table))
+        assert lake.manifest.cursor in tagged_cursors(
+            spark, lake_catalog, state_table(lake.gw, schema.table)
+        )
     # rows as the gateway holds them (the WAL's row state), values equal as JSON
     for (table, row_id), r in chunked.items():
         state = dict(lake.wal.row_states(lake.gw, table))[row_id]
@@ -374,6 +378,7 @@ def test_bootstrapped_clients_converge_with_clients_that_paged_from_zero(
 @pytest.mark.spark
 def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_period(
     spark: Any,
+    lake_catalog: Any,
     lake_dir: Path,
     wal: WriteAheadLog,
     gw: str,
@@ -436,7 +441,7 @@ def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_peri
     names = {p.name for p in (root / gw).iterdir()}
     assert {"manifest.json", "manifest-3.json", "manifest-6.json", *first.chunks} <= names
     qualified = state_table(gw, "todos")
-    assert tagged_cursors(spark, qualified) == {3, 6}
+    assert tagged_cursors(spark, lake_catalog, qualified) == {3, 6}
     # a client that read the first manifest just before the swap still streams it whole
     old_reader = lake_frames(store, gw, first, ctx)
     assert sorted(r.row_id for r in old_reader) == ["r0", "r1", "r2"]
@@ -453,7 +458,7 @@ def test_a_new_checkpoint_supersedes_the_old_one_which_goes_after_the_grace_peri
     assert second_manifest is not None
     left = {p.name for p in (root / gw).iterdir()}
     assert left == {"manifest.json", "manifest-6.json", *second_manifest.chunks}
-    assert tagged_cursors(spark, qualified) == {6}
+    assert tagged_cursors(spark, lake_catalog, qualified) == {6}
 
     runner = CliRunner(env=env)
     common = ["--data-dir", str(lake_dir), "--wal-url", wal.url]

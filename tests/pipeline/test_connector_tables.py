@@ -26,7 +26,7 @@ from lakesync_platform.spark.connector_diff import SnapshotDiff
 from lakesync_platform.spark.layout import table_exists
 from lakesync_platform.spark.snapshots import load_table
 from lakesync_platform.spark.staged import GENERATIONS
-from lakesync_platform.spark.wal_source import jdbc_source
+from lakesync_platform.spark.wal_source import default_parallelism, jdbc_source
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 
@@ -119,7 +119,7 @@ def _killed_run(
     after ``pages_before_kill`` pages of one change each; returns its diff (its staging table
     left as the kill left it) and what it appended."""
     spec = ctx.wal.connectors(gw)["shop"].ingest.tables[0]  # type: ignore[union-attr]
-    diff = SnapshotDiff(ctx.spark, jdbc_source(url), spec, gw, "shop")
+    diff = SnapshotDiff(ctx.spark, ctx.lake_catalog, jdbc_source(url), spec, gw, "shop")
     service = SyncService(ctx.wal, clock)
     appended: dict[str, int] = {}
 
@@ -216,7 +216,7 @@ def test_a_diff_killed_at_each_crash_point_loses_nothing_and_the_warehouse_stays
     diff.tables.create_staging("_ls_row_id STRING, _ls_row STRING")
     staged = diff.tables.staged()
     assert staged is not None and staged.records is None and not staged.ready
-    location = str(load_table(ctx.spark, diff.staging).location()).removeprefix("file:")
+    location = str(load_table(ctx.lake_catalog, diff.staging).location()).removeprefix("file:")
     (Path(location) / "data").mkdir(parents=True)
     (Path(location) / "data" / "00000-0-killed.parquet").write_bytes(b"PAR1")
     _sql(source, "INSERT INTO items VALUES (9, 'item 9', 9)")
@@ -243,13 +243,15 @@ def test_diff_reads_an_integer_row_id_in_ranges_and_takes_over_an_earlier_releas
     spec = wal.connectors(gw)["shop"].ingest.tables[0]  # type: ignore[union-attr]
 
     def read(rows_per_read: int) -> tuple[int, list[tuple[str, str]]]:
-        diff = SnapshotDiff(ctx.spark, jdbc_source(postgres_url), spec, gw, "shop")
+        diff = SnapshotDiff(
+            ctx.spark, ctx.lake_catalog, jdbc_source(postgres_url), spec, gw, "shop"
+        )
         diff.rows_per_read = rows_per_read
         df = diff._read_source()
         return df.rdd.getNumPartitions(), sorted((r[0], r[1]) for r in df.collect())
 
     parts, ranged = read(100)
-    assert parts == ctx.spark.sparkContext.defaultParallelism >= 2
+    assert parts == default_parallelism(ctx.spark) >= 2
     assert read(10_000) == (1, ranged)  # one query when the ids span less than two ranges
     assert len(ranged) == 9 and ranged[0] == ("-40", '{"name":"minus","price":0}')
     assert ("1001", '{"name":null,"price":2}') in ranged  # a null kept as a null
@@ -276,7 +278,7 @@ def test_diff_reads_an_integer_row_id_in_ranges_and_takes_over_an_earlier_releas
     # An emptied source stages a commit of no rows: a run killed after it counts as one that
     # may have sent changes (every row a delete), not as one killed while staging.
     _sql(source, "DELETE FROM items")
-    emptied = SnapshotDiff(ctx.spark, jdbc_source(postgres_url), spec, gw, "shop")
+    emptied = SnapshotDiff(ctx.spark, ctx.lake_catalog, jdbc_source(postgres_url), spec, gw, "shop")
     assert emptied.stage() == 0
     staged = emptied.tables.staged()
     assert staged is not None and staged.records == 0
@@ -286,7 +288,7 @@ def test_census_known_ids_are_swapped_in_recovered_and_kept_to_one_generation(
     ctx: PipelineContext, wal_url: str, gw: str, lake_dir: Path
 ) -> None:
     def census(head: int, ids: list[tuple[str, str]], *, promote: bool = True) -> IdCensus:
-        run = IdCensus(ctx.spark, gw, "crm", jdbc_source(wal_url), head)
+        run = IdCensus(ctx.spark, ctx.lake_catalog, gw, "crm", jdbc_source(wal_url), head)
         run.stage(ids)
         found = run.compare()
         vanished.append(sorted(found.vanished))
@@ -310,7 +312,9 @@ def test_census_known_ids_are_swapped_in_recovered_and_kept_to_one_generation(
     census(13, [], promote=False)
     # killed while staging, one batch written: dropped too
     with pytest.raises(_Killed):
-        IdCensus(ctx.spark, gw, "crm", jdbc_source(wal_url), 14, batch=1).stage(sweep_dies_midway())
+        IdCensus(ctx.spark, ctx.lake_catalog, gw, "crm", jdbc_source(wal_url), 14, batch=1).stage(
+            sweep_dies_midway()
+        )
     assert run.tables.staged() is not None
     # killed after its mark, before the drop: the next census finishes the swap
     census(15, [("t", "a"), ("t", "d"), ("t", "e")], promote=False).tables.mark_ready(

@@ -306,3 +306,31 @@ def test_failure_sensor_marks_a_failed_runs_requests_among_many(
     ]
     assert marked.status == "failed" and "boom" in (marked.detail or "")
     assert len(wal.flush_requests(gw, "succeeded", 1_000)) == 120  # the others stay as they were
+
+
+@pytest.mark.spark
+def test_audit_job_runs_the_checks_over_the_whole_lake_on_a_daily_schedule(
+    defs: dg.Definitions, gw: str, pusher: Pusher, instance: dg.DagsterInstance
+) -> None:
+    from resources.audit_runs import audit_job_name
+
+    schedule = defs.resolve_schedule_def(f"{audit_job_name(gw)}_schedule")
+    assert schedule.cron_schedule == "30 4 * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    for round_ in range(2):
+        pusher.write("a", f"r{round_}", title="one")
+        pusher.write("b", "shared", title=f"round {round_}")
+        sync = defs.resolve_job_def(sync_job_name(gw)).execute_in_process(instance=instance)
+        assert sync.success
+    audit = defs.resolve_job_def(audit_job_name(gw)).execute_in_process(instance=instance)
+    assert audit.success
+    assert not audit.get_asset_materialization_events()  # checks only
+    evaluations = audit.get_asset_check_evaluations()
+    assert {c.check_name for c in evaluations} == {
+        "exactly_once_audit",
+        "matches_log_replay_audit",
+        "matches_state_audit",
+    }
+    assert all(c.passed for c in evaluations), [c.description for c in evaluations]
+    replay = next(c for c in evaluations if c.check_name == "matches_log_replay_audit")
+    assert replay.metadata["rows"].value == 3  # the whole state, not the last run's range

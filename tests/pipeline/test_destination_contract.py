@@ -163,6 +163,29 @@ def test_read_back_in_batches_of_row_ids(destination: Any) -> None:
     assert [len(b) for b in destination.read_back_batches(schema, 7)] == [7]  # none empty
 
 
+def test_read_back_rows_by_id(destination: Any) -> None:
+    """What a check of one run reads: the rows among the ids asked for (absent ones skipped,
+    more ids than one statement binds), values as :meth:`read_back` gives them."""
+    schema = parse_table_schema(
+        {
+            "table": "picked",
+            "columns": [{"name": "n", "type": "number"}, {"name": "meta", "type": "json"}],
+        }
+    )
+    destination.ensure_table(schema)
+    with destination.transaction() as conn:
+        rows = [(f"r{i}", float(i), json.dumps({"i": i})) for i in range(1200)]
+        destination.upsert_arrow(conn, schema, _arrow(["row_id", "n", "meta"], rows), FIRST)
+        destination.delete_rows(conn, schema, ["r2"], FIRST)
+    assert destination.read_back_rows(schema, []) == []
+    wanted = ["r2", "missing", "r5", *(f"r{i}" for i in range(100, 1200))]
+    got = {r["row_id"]: r for r in destination.read_back_rows(schema, wanted)}
+    assert set(got) == {"r2", "r5", *(f"r{i}" for i in range(100, 1200))}
+    by_id = {r["row_id"]: r for r in destination.read_back(schema)}
+    assert got["r5"] == by_id["r5"] and got["r5"]["meta"] == {"i": 5}
+    assert got["r2"]["deleted_at"] is not None
+
+
 def test_delete_many_ids(destination: Any) -> None:
     """A delete of more ids than one statement binds (SQL: chunks; BigQuery: a stage table)."""
     schema = parse_table_schema({"table": "bulk", "columns": [{"name": "v", "type": "string"}]})

@@ -58,7 +58,7 @@ def _fill(path: Path, gw: str) -> None:
 
 
 def test_flush_killed_mid_write_then_rerun(
-    spark: Any, lake_dir: Path, tmp_path: Path, gw: str
+    spark: Any, lake_catalog: Any, lake_dir: Path, tmp_path: Path, gw: str
 ) -> None:
     wal_path = tmp_path / "wal.db"
     url = "sqlite:///" + str(wal_path)
@@ -101,7 +101,7 @@ def test_flush_killed_mid_write_then_rerun(
         proc.wait()
     wal = WriteAheadLog.open(url)
     try:
-        result = flush_gateway(spark, wal, jdbc_source(url), gw)
+        result = flush_gateway(spark, lake_catalog, wal, jdbc_source(url), gw)
         cursors = spark.table(deltas_table(gw)).groupBy().agg({"cursor": "count"}).collect()[0][0]
         distinct = spark.table(deltas_table(gw)).select("cursor").distinct().count()
         assert cursors == distinct == ENTRIES

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.spark
 
 def test_pulls_from_the_lakes_change_log_match_the_gateway(
     spark: Any,
+    lake_catalog: Any,
     spark_settings: Any,
     wal: WriteAheadLog,
     wal_url: str,
@@ -51,7 +52,7 @@ def test_pulls_from_the_lakes_change_log_match_the_gateway(
     pusher.write("b", "r3", title="edited")
     pusher.delete("b", "r4")
     pusher.write("b", "r5", priority=7)
-    flush_gateway(spark, wal, jdbc_source(wal_url), gw)
+    flush_gateway(spark, lake_catalog, wal, jdbc_source(wal_url), gw)
 
     log = source.deltas_since(0)
     assert len(log) == 33

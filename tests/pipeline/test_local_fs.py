@@ -1,4 +1,11 @@
-"""The lake's fork-free local filesystem: built by set-up, used by the ``lakesync`` catalog only."""
+"""The lake's fork-free local filesystem: built by set-up, used by the ``lakesync`` catalog only.
+
+The Spark tests here look inside the driver JVM (which class the catalog's FileIO resolves, what
+Hadoop's permission calls do), so they need a classic in-process session: on a Spark Connect
+client the JVM is the server's, out of reach, and they skip (:func:`_java_table`). CI runs the
+suite on the classic session, so they keep running there; the files' permissions and checksums
+they check are also what a Connect server's catalog writes.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +18,8 @@ from typing import Any
 import pytest
 
 from lakesync_platform.install.local_fs import LOCAL_FS_CLASS, ensure_local_fs_jar
+from lakesync_platform.spark.arrow import is_connect
 from lakesync_platform.spark.session import SparkSettings
-from lakesync_platform.spark.snapshots import load_table
 
 
 def test_the_jar_is_built_once_per_source_and_replaces_older_builds(tmp_path: Path) -> None:
@@ -42,6 +49,16 @@ def test_without_javac_the_lake_keeps_hadoops_filesystem(tmp_path: Path) -> None
     assert key not in off.spark_conf(local_fs=True)
 
 
+def _java_table(spark: Any, qualified: str) -> Any:
+    """The ``org.apache.iceberg.Table`` behind a Spark name, through the driver JVM (classic
+    sessions only: the test skips on a Spark Connect client)."""
+    if is_connect(spark):
+        pytest.skip("inspects the driver JVM: needs a classic in-process Spark session")
+    return spark._jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+        spark._jsparkSession, qualified
+    )
+
+
 def _catalog_fs(table: Any) -> Any:
     """The Hadoop FileSystem the ``lakesync`` catalog's FileIO resolves for an Iceberg table."""
     return table.io().newInputFile(table.location()).getFileSystem()
@@ -58,7 +75,7 @@ def test_the_catalog_writes_through_it_and_the_session_does_not(
         (1, "a"),
         (2, "b"),
     ]
-    table = load_table(spark, f"lakesync.{gw}.t")
+    table = _java_table(spark, f"lakesync.{gw}.t")
     fs = _catalog_fs(table)
     assert fs.getClass().getName() == LOCAL_FS_CLASS
     assert fs.getScheme() == "file"
@@ -81,7 +98,7 @@ def test_the_catalog_writes_through_it_and_the_session_does_not(
 def test_set_permission_sets_what_hadoop_asks(spark: Any, gw: str, tmp_path: Path) -> None:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lakesync.{gw}")
     spark.sql(f"CREATE TABLE lakesync.{gw}.p (id INT) USING iceberg")
-    fs = _catalog_fs(load_table(spark, f"lakesync.{gw}.p"))
+    fs = _catalog_fs(_java_table(spark, f"lakesync.{gw}.p"))
     jvm = spark._jvm
     target = tmp_path / "f"
     target.write_text("x")

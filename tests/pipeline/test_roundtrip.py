@@ -21,11 +21,17 @@ pytestmark = pytest.mark.spark
 
 
 def _run(
-    spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, schema: TableSchema, adapter: SqlAdapter
+    spark: Any,
+    lake_catalog: Any,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    schema: TableSchema,
+    adapter: SqlAdapter,
 ) -> None:
-    flush_gateway(spark, wal, jdbc_source(wal_url), gw)
-    update_state(spark, gw, schema)
-    materialise_table(spark, gw, schema, adapter)
+    flush_gateway(spark, lake_catalog, wal, jdbc_source(wal_url), gw)
+    update_state(spark, lake_catalog, gw, schema)
+    materialise_table(spark, lake_catalog, gw, schema, adapter)
 
 
 def _dest(adapter: SqlAdapter) -> dict[str, dict[str, Any]]:
@@ -66,6 +72,7 @@ def _expected(wal: WriteAheadLog, gw: str) -> dict[str, dict[str, Any]]:
 
 def test_round_trip_into_destination(
     spark: Any,
+    lake_catalog: Any,
     wal: WriteAheadLog,
     wal_url: str,
     gw: str,
@@ -78,7 +85,7 @@ def test_round_trip_into_destination(
         pusher.write("a", "r1", title="one", done=False, priority=1, meta={"tags": ["x"]})
         pusher.write("a", "r2", title="two", meta="plain")
         pusher.write("b", "r3", title="three", done=True)
-        _run(spark, wal, wal_url, gw, todos, adapter)
+        _run(spark, lake_catalog, wal, wal_url, gw, todos, adapter)
         first = _dest(adapter)
         assert first == _expected(wal, gw)
         assert not any(r["deleted"] for r in first.values())
@@ -89,7 +96,7 @@ def test_round_trip_into_destination(
         pusher.delete("a", "r3")
         pusher.write("c", "r3", priority=7)
         pusher.write("c", "r4", title="four")
-        _run(spark, wal, wal_url, gw, todos, adapter)
+        _run(spark, lake_catalog, wal, wal_url, gw, todos, adapter)
         second = _dest(adapter)
         assert _live_view(second) == _live_view(_expected(wal, gw))
         assert second["r2"]["deleted"] and second["r2"]["title"] == "two"
@@ -101,7 +108,7 @@ def test_round_trip_into_destination(
             "deleted": False,
         }
         # Nothing new: a re-run changes nothing and keeps the watermark.
-        _run(spark, wal, wal_url, gw, todos, adapter)
+        _run(spark, lake_catalog, wal, wal_url, gw, todos, adapter)
         assert _dest(adapter) == second
     finally:
         adapter.close()
@@ -109,6 +116,7 @@ def test_round_trip_into_destination(
 
 def test_schema_evolution_adds_columns_everywhere(
     spark: Any,
+    lake_catalog: Any,
     wal: WriteAheadLog,
     wal_url: str,
     gw: str,
@@ -121,13 +129,13 @@ def test_schema_evolution_adds_columns_everywhere(
     adapter = SqlAdapter.connect("sqlite:///" + str(tmp_path / "evolve.db"))
     try:
         pusher.write("a", "r1", title="one")
-        _run(spark, wal, wal_url, gw, todos, adapter)
+        _run(spark, lake_catalog, wal, wal_url, gw, todos, adapter)
         body = table_schema_to_json(todos)
         body["columns"] = [*body["columns"], {"name": "due", "type": "string"}]
         # Through the service, as the admin route does (it refreshes the service's config).
         evolved = pusher.service.save_schema(gw, parse_table_schema(body))
         pusher.write("a", "r1", due="tomorrow")
-        _run(spark, wal, wal_url, gw, evolved, adapter)
+        _run(spark, lake_catalog, wal, wal_url, gw, evolved, adapter)
         (row,) = adapter.read_rows("todos")
         assert row["title"] == "one" and row["due"] == "tomorrow"
     finally:

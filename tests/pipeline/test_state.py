@@ -31,7 +31,13 @@ def assert_state_matches_wal(spark: Any, wal: WriteAheadLog, gw: str, schema: Ta
 
 
 def test_lww_ties_deletes_and_resurrection(
-    spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, pusher: Pusher, todos: TableSchema
+    spark: Any,
+    lake_catalog: Any,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    todos: TableSchema,
 ) -> None:
     p = pusher
     h = p.hlc(100)
@@ -57,8 +63,8 @@ def test_lww_ties_deletes_and_resurrection(
     p.push("frank", [p.delta("frank", "r6", p.hlc(70), meta=nested)])
     p.push("frank", [p.delta("frank", "r7", p.hlc(71), meta='say "hi" \\ \u00e9')])
     source = jdbc_source(wal_url)
-    flush_gateway(spark, wal, source, gw)
-    result = update_state(spark, gw, todos)
+    flush_gateway(spark, lake_catalog, wal, source, gw)
+    result = update_state(spark, lake_catalog, gw, todos)
     assert result.rows_changed == 7
     assert_state_matches_wal(spark, wal, gw, todos)
     state = {r["row_id"]: r for r in spark.table(state_table(gw, "todos")).collect()}
@@ -74,7 +80,13 @@ def test_lww_ties_deletes_and_resurrection(
 
 
 def test_random_history_in_batches_equals_wal(
-    spark: Any, wal: WriteAheadLog, wal_url: str, gw: str, pusher: Pusher, todos: TableSchema
+    spark: Any,
+    lake_catalog: Any,
+    wal: WriteAheadLog,
+    wal_url: str,
+    gw: str,
+    pusher: Pusher,
+    todos: TableSchema,
 ) -> None:
     rnd = random.Random(4)
     p = pusher
@@ -97,15 +109,16 @@ def test_random_history_in_batches_equals_wal(
                 }
                 d = p.delta(client, row, h, **{c: values[c] for c in cols})
             p.push(client, [d])
-        flush_gateway(spark, wal, source, gw)
-        update_state(spark, gw, todos)
+        flush_gateway(spark, lake_catalog, wal, source, gw)
+        update_state(spark, lake_catalog, gw, todos)
         assert_state_matches_wal(spark, wal, gw, todos)
-    again = update_state(spark, gw, todos)
+    again = update_state(spark, lake_catalog, gw, todos)
     assert again.rows_changed == 0
 
 
 def test_pyiceberg_and_spark_read_the_same_changed_rows(
     spark: Any,
+    lake_catalog: Any,
     spark_settings: Any,
     wal: WriteAheadLog,
     wal_url: str,
@@ -115,7 +128,8 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
 ) -> None:
     """Materialise reads changed state rows through pyiceberg where it can: after merges
     (position deletes) and deletes, both readers see the same rows above any watermark."""
-    from lakesync_platform.spark.materialise import _collect_arrow, _read_arrow, changed_rows
+    from lakesync_platform.spark.arrow import collect_arrow
+    from lakesync_platform.spark.materialise import _read_arrow, changed_rows
     from lakesync_platform.spark.session import local_pyiceberg_catalog
 
     catalog = local_pyiceberg_catalog(spark_settings)
@@ -130,8 +144,8 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
                 p.push(client, [p.delta(client, row, p.hlc(), op=DELETE)])
             else:
                 p.write(client, row, title=rnd.choice(["x", "", None]), meta=rnd.choice([[1], "s"]))
-        flush_gateway(spark, wal, source, gw)
-        update_state(spark, gw, todos)
+        flush_gateway(spark, lake_catalog, wal, source, gw)
+        update_state(spark, lake_catalog, gw, todos)
 
     def rows(table: Any) -> list[tuple[Any, ...]]:
         columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
@@ -141,7 +155,7 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
     top = state.agg({"`_ls$cursor`": "max"}).collect()[0][0]
     for after in (0, top // 2, top):
         ours = _read_arrow(catalog, gw, todos, after, lambda: None)
-        theirs = _collect_arrow(changed_rows(state, todos, after))
+        theirs = collect_arrow(changed_rows(state, todos, after))
         assert ours.column_names == theirs.column_names
         assert rows(ours) == rows(theirs)
         assert len(rows(ours)) == (15 if after == 0 else len(rows(theirs)))
@@ -166,6 +180,7 @@ def test_pyiceberg_and_spark_read_the_same_changed_rows(
 
 def test_batch_is_pinned_to_the_snapshot_its_watermark_was_read_at(
     spark: Any,
+    lake_catalog: Any,
     wal: WriteAheadLog,
     wal_url: str,
     gw: str,
@@ -180,22 +195,22 @@ def test_batch_is_pinned_to_the_snapshot_its_watermark_was_read_at(
     p = pusher
     source = jdbc_source(wal_url)
     p.push("a", [p.delta("a", "r1", p.hlc(10), title="one")])
-    first = flush_gateway(spark, wal, source, gw)
+    first = flush_gateway(spark, lake_catalog, wal, source, gw)
     real = flush_module.lake_watermark
 
-    def watermark_then_flush(spark_: Any, gw_: str) -> Any:
-        mark = real(spark_, gw_)
+    def watermark_then_flush(spark_: Any, gw_: str, catalog_: Any = None) -> Any:
+        mark = real(spark_, gw_, catalog_)
         monkeypatch.setattr(flush_module, "lake_watermark", real)  # the flush below reads it
         p.push("b", [p.delta("b", "r1", p.hlc(20), title="two")])
         p.push("b", [p.delta("b", "r2", p.hlc(21), title="new")])
-        assert flush_gateway(spark, wal, source, gw).entries == 2
+        assert flush_gateway(spark, lake_catalog, wal, source, gw).entries == 2
         return mark
 
     monkeypatch.setattr(flush_module, "lake_watermark", watermark_then_flush)
-    pinned = update_state(spark, gw, todos)
+    pinned = update_state(spark, lake_catalog, gw, todos)
     assert (pinned.to_cursor, pinned.rows_changed) == (first.to_cursor, 1)
     rows = {r["row_id"]: r["title"] for r in spark.table(state_table(gw, "todos")).collect()}
     assert rows == {"r1": "one"}
-    rest = update_state(spark, gw, todos)
+    rest = update_state(spark, lake_catalog, gw, todos)
     assert (rest.from_cursor, rest.rows_changed) == (first.to_cursor + 1, 2)
     assert_state_matches_wal(spark, wal, gw, todos)

@@ -15,6 +15,7 @@ from lakesync_platform.core.errors import AdapterError
 from lakesync_platform.core.hlc import encode
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal import tables
+from lakesync_platform.wal.log import CursorSpan
 from lakesync_platform.wal.sqlite import JOURNAL_SIZE_LIMIT, SqliteCheckpointer, SqliteWriterLock
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import make_delta
@@ -221,3 +222,20 @@ def test_v2_migration_keys_delta_ids_by_hlc_and_keeps_older_ids_deduplicated(
             assert set(ids) == {old.delta_id, new.delta_id}
     finally:
         reopened.close()
+
+
+def test_cursor_span_counts_and_sums_a_range_in_the_database(tmp_path: Path) -> None:
+    """What the log check holds the lake to: count and cursor sum of a range, other gateways
+    apart, and a sample of the cursors a range holds."""
+    wal = WriteAheadLog.open(f"sqlite:///{tmp_path / 'wal.db'}")
+    try:
+        _push_rows(wal, "g1", 0, 6)
+        _push_rows(wal, "g2", 0, 3)
+        assert wal.cursor_span("g1", 2, 4) == CursorSpan(3, 2 + 3 + 4)
+        assert wal.cursor_span("g1", 1, 99) == CursorSpan(6, 21)
+        assert wal.cursor_span("g1", 5, 4) == CursorSpan(0, 0)
+        assert wal.cursor_span("nobody", 1, 9) == CursorSpan(0, 0)
+        assert wal.cursors_between("g1", 2, 6, limit=3) == [2, 3, 4]
+        assert wal.cursors_between("g2", 3, 9) == [3]
+    finally:
+        wal.close()
