@@ -361,12 +361,15 @@ def _median(values: list[float]) -> float | None:
 
 
 def summarise(rounds: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    """Medians over the rounds' successful ``kind`` runs, each step's median, the errors."""
+    """Medians over the rounds' successful ``kind`` runs; each step's median over every run in
+    which that step succeeded (so a run whose checks fail still shows what its asset steps
+    cost); the errors."""
     ok = [r[kind] for r in rounds if r[kind].get("status") == "SUCCESS"]
     steps: dict[str, list[float]] = {}
-    for run in ok:
+    for run in (r[kind] for r in rounds):  # a failed run's steps that succeeded count too
         for step, seconds in run.get("steps_s", {}).items():
-            steps.setdefault(step, []).append(seconds)
+            if step not in run.get("failed_steps", ()):
+                steps.setdefault(step, []).append(seconds)
     return {
         "runs": len(rounds),
         "succeeded": len(ok),
@@ -674,7 +677,7 @@ def print_report(report: dict[str, Any]) -> None:
             for step, seconds in v["update"]["steps_s"].items():
                 steps.append([fmt_count(size["rows"]), name, step.split("__", 1)[-1], seconds])
     if steps:
-        print("\n200-update run, each step (median s, from Dagster's event log)")
+        print("\n200-update run, each step that succeeded (median s, from Dagster's event log)")
         print(table(["rows", "code", "step", "s"], steps))
     if report["side_by_side"]:
         print("\nold / new (the same run's medians)")

@@ -9,7 +9,8 @@ run back from that instance, so each run reports two kinds of figures:
 * ``process_s`` — the whole process, launch to exit, by the wall clock: what a run launcher's
   run costs the machine (Python and Dagster start, the code location loads, the run, teardown);
 * the run's own figures from Dagster's run record and event log: ``run_s`` (run start → end, as
-  the UI shows a run's duration), ``steps_s`` (each step's start → end) and their sum.
+  the UI shows a run's duration), ``steps_s`` (each step's start → end) and their sum, and the
+  steps that did not succeed (``failed_steps``).
 
 A run that fails — or a process that dies before it created a run — comes back with
 ``status`` and ``error`` (the failed steps' innermost exception and where it was raised, or the
@@ -186,12 +187,14 @@ def read_run(home: Path, job: str, since: float) -> dict[str, Any]:
         if record.start_time and record.end_time:
             out["run_s"] = round(record.end_time - record.start_time, 3)
             out["launch_s"] = round(record.start_time - record.create_timestamp.timestamp(), 3)
+        stats = instance.get_run_step_stats(run_id)
         steps = {
             s.step_key: round(s.end_time - s.start_time, 3)
-            for s in instance.get_run_step_stats(run_id)
+            for s in stats
             if s.start_time and s.end_time
         }
         out["steps_s"] = steps
+        out["failed_steps"] = [s.step_key for s in stats if s.status.value != "SUCCESS"]
         out["steps_total_s"] = round(sum(steps.values()), 3)
         checks = {}
         for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION):
