@@ -7,6 +7,7 @@ processes used meanwhile, and a measurement can wait for the host to calm down f
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from .backends import RUN_PREFIX
@@ -64,20 +65,73 @@ def _is_bench_postgres(pid: int) -> bool:
     return RUN_PREFIX + "_" in title or any(a in title for a in _PG_AUX)
 
 
-def cpu_snapshot(server_pid: int | None) -> dict[str, float]:
-    """CPU seconds used so far by the server process tree and by every postgres process."""
-    stats = _all_stats()
+def _tree(stats: dict[int, tuple[str, int, float]], root: int) -> list[int]:
+    """``root`` and its descendants among ``stats`` (those alive)."""
     children: dict[int, list[int]] = {}
     for pid, (_, ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
-    server = 0.0
-    if server_pid is not None:
-        todo = [server_pid]
-        while todo:
-            pid = todo.pop()
-            if pid in stats:
-                server += stats[pid][2]
-            todo.extend(children.get(pid, []))
+    found = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def _tree_cpu(stats: dict[int, tuple[str, int, float]], root: int) -> float:
+    return sum(stats[pid][2] for pid in _tree(stats, root))
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds used so far by ``pid`` and its live descendants (0 if it is gone)."""
+    return _tree_cpu(_all_stats(), pid)
+
+
+class TreeCpuSampler:
+    """The CPU seconds a process tree uses while it runs (a run process and the JVM it
+    starts), sampled every ``interval_s`` in a thread: each process's last reading is kept
+    after it exits, so children that come and go count (up to one interval of their end).
+
+    ``with TreeCpuSampler(pid) as s: proc.wait()`` then ``s.cpu_s``.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.5) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self._seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        stats = _all_stats()
+        for pid in _tree(stats, self.pid):
+            self._seen[pid] = stats[pid][2]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> TreeCpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of every process seen in the tree."""
+        return round(sum(self._seen.values()), 2)
+
+
+def cpu_snapshot(server_pid: int | None) -> dict[str, float]:
+    """CPU seconds used so far by the server process tree and by every postgres process."""
+    stats = _all_stats()
+    server = _tree_cpu(stats, server_pid) if server_pid is not None else 0.0
     pg = sum(
         cpu
         for pid, (comm, _, cpu) in stats.items()

@@ -21,8 +21,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 """The repository root."""
 
-PACKAGES = ("lakesync_platform", "gateway", "assets", "sensors")
-"""The product packages: what the snapshot copies and the code hash covers."""
+PACKAGES = ("lakesync_platform", "gateway", "assets", "sensors", "resources")
+"""The product packages: what the snapshot copies and the code hash covers (``resources``: the
+Dagster resources, which ``assets`` imports)."""
 
 _active: list[Path | None] = []  # [snapshot dir or None] once activate() has run
 
@@ -55,11 +56,51 @@ def remove_snapshot() -> None:
         shutil.rmtree(snap, ignore_errors=True)
 
 
-def _take_snapshot() -> Path:
-    snap = Path(tempfile.mkdtemp(prefix="lakesync-bench-code-"))
+def copy_packages(source: Path, dest: Path) -> Path:
+    """Copy the product packages of the tree at ``source`` (uncommitted edits included) into
+    ``dest``; returns ``dest``."""
     for pkg in PACKAGES:
-        if (ROOT / pkg).is_dir():
-            shutil.copytree(ROOT / pkg, snap / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+        if (source / pkg).is_dir():
+            shutil.copytree(source / pkg, dest / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def export_commit(rev: str, dest: Path) -> dict[str, str]:
+    """Write the product packages as commit ``rev`` of this repository has them into ``dest``
+    (``git archive``: no worktree, nothing of the repository changes); returns the commit's
+    full id and subject. Raises ``RuntimeError`` for an unknown ``rev``."""
+    found = subprocess.run(
+        ["git", "log", "-1", "--format=%H%n%s", rev, "--"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if found.returncode != 0 or not found.stdout.strip():
+        raise RuntimeError(f"no commit {rev!r} in {ROOT}: {found.stderr.strip()}")
+    commit, subject = [*found.stdout.splitlines(), ""][:2]
+    listed = subprocess.run(
+        ["git", "ls-tree", "--name-only", commit],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    dest.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.Popen(
+        ["git", "archive", commit, *[p for p in PACKAGES if p in listed]],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+    )
+    assert archive.stdout is not None
+    with archive.stdout:
+        subprocess.run(["tar", "-x", "-C", str(dest)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise RuntimeError(f"git archive {commit} failed")
+    return {"commit": commit, "subject": subject}
+
+
+def _take_snapshot() -> Path:
+    snap = copy_packages(ROOT, Path(tempfile.mkdtemp(prefix="lakesync-bench-code-")))
     pid = os.getpid()
 
     def remove() -> None:  # at exit of this process only (forked workers leave by os._exit)
