@@ -27,6 +27,7 @@ from lakesync_platform.declarations import DestinationDecl
 from lakesync_platform.pipeline.compaction import compact_due
 from lakesync_platform.pipeline.context import CheckOutcome
 from lakesync_platform.pipeline.flush import check_log_exactly_once, run_flush
+from lakesync_platform.pipeline.follow import SyncPass, follow
 from lakesync_platform.pipeline.materialise import (
     MaterialiseRun,
     check_destination_lag,
@@ -186,6 +187,8 @@ def build_gateway_defs(
                     f"compacted the change log: {log.before.data_files} → "
                     f"{log.after.data_files} data files in {log.seconds:.2f}s"
                 )
+            if not dest_keys and len(selected) >= len(state_keys):  # the job's last step
+                _follow(context, lakesync, gw, deltas_key, state_keys, dest_keys)
 
         assets.append(state)
 
@@ -242,6 +245,8 @@ def build_gateway_defs(
                 )
             if run.lag:
                 context.instance.add_run_tags(context.run.run_id, _lag_tags(run))
+            if everything:  # the job's last step
+                _follow(context, lakesync, gw, deltas_key, state_keys, dest_keys)
 
         assets.append(materialise)
 
@@ -257,6 +262,49 @@ def build_gateway_defs(
         tags={GATEWAY_TAG: gw},
     )
     return dg.Definitions(assets=assets, asset_checks=checks, jobs=[job])
+
+
+def _follow(
+    context: dg.AssetExecutionContext,
+    lakesync: LakeSyncResource,
+    gw: str,
+    deltas_key: dg.AssetKey,
+    state_keys: Mapping[str, dg.AssetKey],
+    dest_keys: Mapping[tuple[str, str], dg.AssetKey],
+) -> None:
+    """Follow the gateway (``LAKESYNC_FOLLOW_SECONDS``): sync passes while changes keep coming,
+    each logged as materialisations of the assets it wrote
+    (:mod:`lakesync_platform.pipeline.follow`)."""
+    ctx = lakesync.context()
+    if ctx.settings.follow_s <= 0:
+        return
+
+    def logged(done: SyncPass) -> None:
+        f = done.flush
+        context.log_event(dg.AssetMaterialization(deltas_key, metadata={
+            "entries": f.entries, "wal_range": f"{f.from_cursor}..{f.to_cursor}",
+            "lake_watermark": f.to_cursor, "seconds": round(f.seconds, 3), "pass": "follow",
+        }))  # fmt: skip
+        for r in done.states:
+            if r.table in state_keys:
+                context.log_event(dg.AssetMaterialization(state_keys[r.table], metadata={
+                    "rows_changed": r.rows_changed, "log_range": f"{r.from_cursor}..{r.to_cursor}",
+                    "seconds": round(r.seconds, 3), "pass": "follow",
+                }))  # fmt: skip
+        for d, r in done.materialised.results:
+            if (d, r.table) in dest_keys:
+                context.log_event(dg.AssetMaterialization(dest_keys[(d, r.table)], metadata={
+                    "upserted": r.upserted, "deleted": r.deleted,
+                    "state_range": f"{r.from_cursor}..{r.to_cursor}",
+                    "seconds": round(r.seconds, 3), "pass": "follow",
+                }))  # fmt: skip
+        checks = ", ".join(f"{n} {'ok' if c.passed else 'FAILED'}" for n, c in done.checks.items())
+        context.log.info(f"follow pass of {gw!r} in {done.seconds:.2f}s: {checks}")
+
+    passes = follow(
+        ctx, gw, follow_s=ctx.settings.follow_s, max_s=ctx.settings.follow_max_s, on_pass=logged
+    )
+    context.log.info(f"followed {gw!r} for {passes} more pass(es)")
 
 
 _ERROR = dg.AssetCheckSeverity.ERROR

@@ -70,6 +70,8 @@ __all__ = [
     "ENV_DEDUP_RETENTION_SECONDS",
     "ENV_DEFS_DIR",
     "ENV_DRAIN_SECONDS",
+    "ENV_FOLLOW_MAX_SECONDS",
+    "ENV_FOLLOW_SECONDS",
     "ENV_JAR_DIR",
     "ENV_JWT_SECRET",
     "ENV_JWT_SECRET_PREVIOUS",
@@ -124,6 +126,10 @@ ENV_BACKLOG_BYTES = "LAKESYNC_BACKLOG_BYTES"
 ENV_BACKLOG_AGE_SECONDS = "LAKESYNC_BACKLOG_AGE_SECONDS"
 # How often the backlog sensor looks at the WAL (Dagster's minimum interval between its ticks).
 ENV_BACKLOG_SENSOR_SECONDS = "LAKESYNC_BACKLOG_SENSOR_SECONDS"
+# A sync run that finished its steps keeps syncing new changes, pass after pass, until this many
+# seconds pass without any (0: it ends; lakesync_platform/pipeline/follow.py), at most the max.
+ENV_FOLLOW_SECONDS = "LAKESYNC_FOLLOW_SECONDS"
+ENV_FOLLOW_MAX_SECONDS = "LAKESYNC_FOLLOW_MAX_SECONDS"
 ENV_LOCK_TIMEOUT_SECONDS = "LAKESYNC_LOCK_TIMEOUT_SECONDS"
 
 # The AWS SDKs' and CLI's own variables (an S3 warehouse): credentials, region, and a custom
@@ -486,7 +492,9 @@ class PipelineSettings:
     removal (:class:`UpkeepSettings`). Checkpoints go to ``checkpoints``
     (:attr:`checkpoint_root`), cut into chunks of ``checkpoint_chunk_bytes``; a superseded one
     stays ``checkpoint_grace_s`` for the clients still reading it; the checkpoint sensor asks
-    for a new one once ``checkpoint_every_entries`` more log entries are in the lake.
+    for a new one once ``checkpoint_every_entries`` more log entries are in the lake. A sync
+    run follows the gateway for ``follow_s`` seconds after its last change (at most
+    ``follow_max_s`` in all; 0: it does not follow; :mod:`lakesync_platform.pipeline.follow`).
     """
 
     data_dir: Path
@@ -509,6 +517,8 @@ class PipelineSettings:
     checkpoint_chunk_bytes: int = DEFAULT_CHECKPOINT_CHUNK_BYTES
     checkpoint_grace_s: float = DEFAULT_CHECKPOINT_GRACE_S
     checkpoint_every_entries: int = DEFAULT_CHECKPOINT_EVERY_ENTRIES
+    follow_s: float = 0.0
+    follow_max_s: float = 600.0
 
     @property
     def checkpoint_root(self) -> str:
@@ -587,6 +597,12 @@ class PipelineSettings:
             if every
             else DEFAULT_CHECKPOINT_EVERY_ENTRIES,
             spark_cluster=SparkClusterSettings.from_env(env),
+            follow_s=_seconds(ENV_FOLLOW_SECONDS, follow)
+            if (follow := env.get(ENV_FOLLOW_SECONDS))
+            else 0.0,
+            follow_max_s=_seconds(ENV_FOLLOW_MAX_SECONDS, most)
+            if (most := env.get(ENV_FOLLOW_MAX_SECONDS))
+            else 600.0,
         )
 
 

@@ -47,6 +47,7 @@ from ..settings import (
     ENV_BACKLOG_SENSOR_SECONDS,
     ENV_DATA_DIR,
     ENV_DEFS_DIR,
+    ENV_FOLLOW_SECONDS,
     ENV_JAR_DIR,
     ENV_SPARK_REMOTE,
     ENV_WAL_URL,
@@ -75,6 +76,10 @@ concurrency:
         value:
           applyLimitPerUniqueValue: true
         limit: 1
+# The queue hands a run to its worker within a second of the sensor's request (Dagster's
+# default is 5 s): part of a change's way to the destinations (docs/pipeline.md, Freshness).
+run_queue:
+  dequeue_interval_seconds: 1
 python_logs:
   managed_python_loggers:
     - lakesync_platform
@@ -96,6 +101,8 @@ class DevStackSettings:
     backlog_bytes: int = 4_000
     backlog_age_seconds: int = 1
     backlog_sensor_seconds: int = 1
+    follow_seconds: float = 30.0
+    """How long a sync run goes on syncing after the last change (``LAKESYNC_FOLLOW_SECONDS``)."""
     dagster_start_timeout_s: float = 180.0
     jar_dir: Path | None = None
     """``LAKESYNC_JAR_DIR`` made absolute for the children (``None``: ``<data-dir>/jars``)."""
@@ -207,6 +214,7 @@ class DevStack:
             ENV_BACKLOG_BYTES: str(s.backlog_bytes),
             ENV_BACKLOG_AGE_SECONDS: str(s.backlog_age_seconds),
             ENV_BACKLOG_SENSOR_SECONDS: str(s.backlog_sensor_seconds),
+            ENV_FOLLOW_SECONDS: str(s.follow_seconds),
             "DAGSTER_HOME": str(dagster_home),
             "PYTHONUNBUFFERED": "1",
         }

@@ -335,7 +335,7 @@ def check_checkpoint(ctx: PipelineContext, gw: str) -> CheckOutcome:
                 spark.read.option("snapshot-id", str(snap.snapshot_id))
                 .table(state_table(gw, snap.table))
                 .filter(q(LIVE_COL))
-                .count()
+                .count()  # a numpy integer on a Spark Connect client: int() below
             )
             if live != rows.get(snap.table, 0):
                 problems.append(f"{snap.table}: {rows.get(snap.table, 0)} rows, state has {live}")

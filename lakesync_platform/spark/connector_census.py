@@ -153,8 +153,9 @@ class IdCensus:
         missing = swept.join(self._known, ["tbl", "row_id"], "left_anti")
         found = missing.limit(_MISSING_SAMPLE).collect()
         sample = tuple((r["tbl"], r["row_id"]) for r in found)
-        missing_count = missing.count() if len(found) == _MISSING_SAMPLE else len(found)
-        known_count = self._known.count()
+        # int(): a Spark Connect client's count() is a numpy integer (it reads it through pandas).
+        missing_count = int(missing.count()) if len(found) == _MISSING_SAMPLE else len(found)
+        known_count = int(self._known.count())
         vanished = self._known.join(swept, ["tbl", "row_id"], "left_anti")
         return IdComparison(self._stream(vanished, known_count), known_count, missing_count, sample)
 

@@ -37,7 +37,7 @@ from ..core.errors import LakeSyncError
 from ..install.jars import ensure_jars
 from ..install.jdk import find_java
 from ..install.local_fs import ensure_local_fs_jar
-from .session import SparkSettings
+from .session import CONNECT_MARKERS, SparkSettings
 
 __all__ = [
     "CONNECT_SERVER_CLASS",
@@ -164,8 +164,9 @@ def server_command(
         cmd += ["--conf", f"{key}={value}"]
     cmd.append("spark-internal")
     launch_env = {**env, **java.launcher_env, "SPARK_HOME": str(home)}
-    # pyspark's launcher reads these to pick the driver's Python; the server runs none.
-    launch_env.pop("PYSPARK_SUBMIT_ARGS", None)
+    # The server is a driver of its own, whatever sessions the starting process made.
+    for name in ("PYSPARK_SUBMIT_ARGS", *CONNECT_MARKERS):
+        launch_env.pop(name, None)
     return cmd, launch_env
 
 

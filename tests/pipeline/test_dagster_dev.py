@@ -61,7 +61,8 @@ def _descendants(root: int) -> dict[int, str]:
 
 
 def _is_spark_jvm(cmdline: str) -> bool:
-    """The driver JVM a run's Spark session starts (not the launcher JVM before it)."""
+    """A Spark driver JVM — the stack's Spark Connect server, or one a run would start (not the
+    launcher JVM before it)."""
     return cmdline.split(" ")[0].endswith("java") and "spark.launcher.Main" not in cmdline
 
 
@@ -156,16 +157,21 @@ def test_lakesync_dev_serves_the_assets_and_stops_everything_on_sigterm(tmp_path
         keys = {"/".join(n["assetKey"]["path"]) for n in nodes}
         assert {"demo/lakesync_deltas", "demo/state/todos", "demo/local/todos"} <= keys
 
+        # The stack's Spark Connect server: the one driver JVM, which the runs connect to.
+        servers = [c for c in _descendants(proc.pid).values() if _is_spark_jvm(c)]
+        assert len(servers) == 1 and "SparkConnectServer" in servers[0], servers
+        assert "data/jars" in servers[0]  # it loads LAKESYNC_JAR_DIR's jars
         run_id = _launch_sync_run(dagster_port)
         _wait_for(
-            "the run's Spark JVM",
-            lambda: any(_is_spark_jvm(cmd) for cmd in _descendants(proc.pid).values()),
+            "the run to start",
+            lambda: _statuses(data / "dagster", [run_id])[run_id] == "STARTED",
             180,
             proc,
         )
         descendants = _descendants(proc.pid)
-        assert _statuses(data / "dagster", [run_id])[run_id] == "STARTED"
-        assert not (data / "jars").exists()  # the run's session loads LAKESYNC_JAR_DIR's
+        # The run is a thin client: it starts no JVM of its own.
+        assert [c for c in descendants.values() if _is_spark_jvm(c)] == servers
+        assert not (data / "jars").exists()
 
         signaled = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -33,7 +33,7 @@ def test_the_pom_matches_pysparks_hadoop_and_doubles_none_of_its_jars() -> None:
     assert not set(pinned) & set(shipped)
     assert pinned["hadoop-aws"] == shipped["hadoop-client-api"] == "3.3.4"
     assert pinned["iceberg-spark-runtime-3.5_2.12"] == pinned["iceberg-aws-bundle"]
-    assert pinned["iceberg-spark-runtime-3.5_2.12"].startswith("1.10.")
+    assert pinned["iceberg-spark-runtime-3.5_2.12"].startswith("1.11.")
     assert {"sqlite-jdbc", "postgresql", "mariadb-java-client", "aws-java-sdk-bundle"} <= set(
         pinned
     )
