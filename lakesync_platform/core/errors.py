@@ -18,6 +18,7 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
     ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
     └── FlushError           FLUSH_ERROR         500  a pipeline stage failed or could not start
+        └── CommitConflictError FLUSH_ERROR      500  another commit landed first (retried)
 
 :data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
 responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
@@ -158,6 +159,11 @@ class FlushError(LakeSyncError):
 
     code = "FLUSH_ERROR"
     http_status = 500
+
+
+class CommitConflictError(FlushError):
+    """An Iceberg commit lost to another one that landed first (its validation found the
+    other's files): nothing of it was committed, and the stage may plan again and retry."""
 
 
 ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(

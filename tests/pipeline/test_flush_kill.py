@@ -1,4 +1,9 @@
-"""A flush killed with SIGKILL mid-write, then re-run: nothing lost or doubled."""
+"""A flush killed with SIGKILL mid-write, then re-run: nothing lost or doubled.
+
+Twice: with the run's own in-process driver (the kill stops the write: the re-run writes the
+whole range) and as a client of the suite's Spark Connect server (the server may finish the
+killed client's commit: the re-run then finds the range in the lake, or loses its commit to
+that one and plans again, and writes the rest — none of it twice)."""
 
 from __future__ import annotations
 
@@ -57,9 +62,14 @@ def _fill(path: Path, gw: str) -> None:
     conn.close()
 
 
+@pytest.mark.parametrize("driver", ["in-process", "connect"])
 def test_flush_killed_mid_write_then_rerun(
-    spark: Any, lake_catalog: Any, lake_dir: Path, tmp_path: Path, gw: str
-) -> None:
+    spark: Any, spark_server: str | None, lake_catalog: Any, lake_dir: Path, tmp_path: Path,
+    gw: str, driver: str,
+) -> None:  # fmt: skip
+    if driver == "connect" and spark_server is None:
+        pytest.skip("needs the suite's Spark Connect server")
+    remote = "local" if driver == "in-process" else spark_server
     wal_path = tmp_path / "wal.db"
     url = "sqlite:///" + str(wal_path)
     WriteAheadLog.open(url).close()
@@ -83,7 +93,12 @@ def test_flush_killed_mid_write_then_rerun(
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "LAKESYNC_JAR_DIR": str(REPO / "data" / "jars")},  # the suite's jars
+        # The suite's jars; its server, or a driver of the run's own.
+        env={
+            **os.environ,
+            "LAKESYNC_JAR_DIR": str(REPO / "data" / "jars"),
+            "LAKESYNC_SPARK_REMOTE": str(remote),
+        },
         start_new_session=True,
     )
     killed_while_writing = False
@@ -106,7 +121,7 @@ def test_flush_killed_mid_write_then_rerun(
         distinct = spark.table(deltas_table(gw)).select("cursor").distinct().count()
         assert cursors == distinct == ENTRIES
         assert wal.flush_watermark(gw) == ENTRIES
-        if killed_while_writing:
+        if killed_while_writing and driver == "in-process":
             # The killed run never committed: the re-run wrote the whole range.
             assert result.entries == ENTRIES
     finally:
