@@ -85,12 +85,14 @@ def follow(
     poll_s: float = 0.2,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    run_pass: Callable[[PipelineContext, str], SyncPass] = sync_pass,
 ) -> int:
     """Sync ``gw`` pass after pass while its WAL holds entries the lake lacks, until
     ``follow_s`` seconds pass with none or ``max_s`` seconds in all; return the passes made.
 
     ``on_pass`` receives each pass (the Dagster edge logs its materialisations). A pass whose
-    check fails raises :class:`FlushError` naming it."""
+    check fails raises :class:`FlushError` naming it. ``run_pass`` makes a pass
+    (:func:`sync_pass`)."""
     started = last = clock()
     passes = 0
     while True:
@@ -100,7 +102,7 @@ def follow(
         if ctx.wal.stats(gw).backlog_entries == 0:
             sleep(poll_s)
             continue
-        done = sync_pass(ctx, gw, clock=clock)
+        done = run_pass(ctx, gw)
         passes += 1
         last = clock()
         on_pass(done)

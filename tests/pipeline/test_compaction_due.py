@@ -51,15 +51,15 @@ def test_the_sync_job_keeps_each_table_within_bounded_files(
     spark: Any, lake_dir: Path, wal: WriteAheadLog, wal_url: str, gw: str,
     pusher: Pusher, todos: TableSchema,
 ) -> None:  # fmt: skip
-    every = 4
+    every = 3
     env = {"LAKESYNC_COMPACT_EVERY_FILES": str(every)}
     settings = PipelineSettings.from_env(env, data_dir=lake_dir, wal_url=wal_url)
     ctx = PipelineContext(settings, spark=spark, wal=wal)
     log, state = deltas_table(gw), state_table(gw, "todos")
     compactions = 0
     worst = {log: 0, state: 0}
-    for n in range(12):
-        for i in range(5):  # updates of existing rows (position deletes) and new rows
+    for n in range(8):
+        for i in range(4):  # updates of existing rows (position deletes) and new rows
             pusher.write(
                 "alice", f"r{(n * 3 + i) % 9}", title=f"round {n} row {i}", done=n % 2 == 0
             )
@@ -79,7 +79,7 @@ def test_the_sync_job_keeps_each_table_within_bounded_files(
         assert outcome.passed, outcome.description
         replay = check_state_matches_log(ctx, gw, "todos")
         assert replay.passed, replay.description
-    assert compactions >= 4  # both tables compacted, more than once
+    assert compactions >= 3  # both tables compacted, one more than once
     # Bounded: files added since the last rewrite stay under the threshold, plus what a rewrite
     # leaves (a compacted file and its merged delete file).
     assert worst[log] <= every + 2, worst

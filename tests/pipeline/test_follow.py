@@ -14,17 +14,16 @@ import pytest
 
 from assets.definitions import build_definitions
 from lakesync_platform.core.errors import FlushError
-from lakesync_platform.pipeline.context import PipelineContext
+from lakesync_platform.pipeline.context import CheckOutcome, PipelineContext
 from lakesync_platform.pipeline.follow import SyncPass, follow, sync_pass
+from lakesync_platform.pipeline.materialise import MaterialiseRun
 from lakesync_platform.settings import PipelineSettings
-from lakesync_platform.spark.layout import state_table
+from lakesync_platform.spark.flush import FlushResult
 from lakesync_platform.wal.store import WriteAheadLog
 from resources.sync_runs import sync_job_name
 
 from .conftest import Pusher
 from .test_upkeep import _defs_folder
-
-pytestmark = pytest.mark.spark
 
 
 def _titles(db: Path) -> dict[str, str]:
@@ -38,6 +37,7 @@ def _context(spark: Any, lake_dir: Path, wal: WriteAheadLog, wal_url: str, defs:
     return PipelineContext(settings, spark=spark, wal=wal)
 
 
+@pytest.mark.spark
 def test_a_followed_gateway_is_synced_pass_after_pass_until_it_is_quiet(
     spark: Any, lake_dir: Path, wal: WriteAheadLog, wal_url: str, gw: str,
     pusher: Pusher, tmp_path: Path,
@@ -76,21 +76,64 @@ def test_a_followed_gateway_is_synced_pass_after_pass_until_it_is_quiet(
     assert follow(ctx, gw, follow_s=0.5, max_s=10.0, on_pass=passes.append) == 0
 
 
-def test_a_pass_whose_check_fails_stops_the_following(
-    spark: Any, lake_dir: Path, wal: WriteAheadLog, wal_url: str, gw: str,
-    pusher: Pusher, tmp_path: Path,
-) -> None:  # fmt: skip
-    dest = tmp_path / "dest.db"
-    ctx = _context(spark, lake_dir, wal, wal_url, _defs_folder(tmp_path / "defs", gw, dest))
-    pusher.write("alice", "r0", title="first")
-    sync_pass(ctx, gw)
-    # The state diverges behind the pipeline's back; the next pass's replay check sees it.
-    spark.sql(f"UPDATE {state_table(gw, 'todos')} SET title = 'tampered' WHERE row_id = 'r0'")
-    pusher.write("bob", "r0", done=True)
-    with pytest.raises(FlushError, match="matches_log_replay todos"):
-        follow(ctx, gw, follow_s=2.0, max_s=60.0, on_pass=lambda _: None, poll_s=0.05)
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
+class _Wal:
+    """The WAL's backlog as a following run sees it: entries arrive at given times."""
+
+    def __init__(self, clock: _Clock, arrivals: list[float]) -> None:
+        self.clock, self.arrivals = clock, arrivals
+
+    def stats(self, gw: str) -> Any:
+        waiting = sum(1 for t in self.arrivals if t <= self.clock.now)
+        return type("Stats", (), {"backlog_entries": waiting})()
+
+
+def _pass(checks: dict[str, CheckOutcome]) -> SyncPass:
+    flushed = FlushResult("gw", 1, 1, 1, 10, 1, 0.0)
+    return SyncPass(flushed, [], [], MaterialiseRun(), checks, 0.5)
+
+
+def test_following_ends_once_quiet_and_stops_at_a_failed_check() -> None:
+    clock = _Clock()
+    wal = _Wal(clock, [0.0, 2.0, 9.0])
+    ctx: Any = type("Ctx", (), {"wal": wal})()
+    made: list[float] = []
+
+    def run_pass(_ctx: Any, _gw: str) -> SyncPass:
+        wal.arrivals = [t for t in wal.arrivals if t > clock.now]  # this pass flushed them
+        made.append(clock.now)
+        clock.now += 0.5
+        return _pass({"exactly_once": CheckOutcome(True, "ok")})
+
+    kwargs: dict[str, Any] = {"clock": clock, "sleep": clock.sleep, "run_pass": run_pass}
+    # Changes at 0 s and 2 s, then quiet: it ends 5 s after the last pass, before the 9 s one.
+    passes = follow(ctx, "gw", follow_s=5.0, max_s=60.0, on_pass=lambda _: None, **kwargs)
+    assert passes == 2 and made[0] == 0.0 and 2.0 <= made[1] < 2.5
+    assert 7.0 <= clock.now < 8.0
+    # At most max_s in all, however busy.
+    clock.now, wal.arrivals = 0.0, [float(t) for t in range(100)]
+    assert follow(ctx, "gw", follow_s=5.0, max_s=10.0, on_pass=lambda _: None, **kwargs) <= 11
+
+    def failing(_ctx: Any, _gw: str) -> SyncPass:
+        return _pass({"matches_log_replay todos": CheckOutcome(False, "1 row differs")})
+
+    clock.now, wal.arrivals = 0.0, [0.0]
+    kwargs["run_pass"] = failing
+    with pytest.raises(FlushError, match="matches_log_replay todos: 1 row differs"):
+        follow(ctx, "gw", follow_s=5.0, max_s=60.0, on_pass=lambda _: None, **kwargs)
+
+
+@pytest.mark.spark
 def test_the_sync_job_follows_when_told_to(
     spark: Any, lake_dir: Path, wal: WriteAheadLog, wal_url: str, gw: str,
     pusher: Pusher, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
