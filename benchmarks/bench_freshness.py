@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import signal
 import sqlite3
 import statistics
@@ -90,11 +91,40 @@ def _runs(dagster: str) -> list[dict[str, Any]]:
     return list(response.json()["data"]["runsOrError"]["results"])
 
 
+_LOGS = """
+query Logs($runId: ID!) {
+  logsForRun(runId: $runId, limit: 5000) {
+    ... on EventConnection { events { ... on MessageEvent { message } } }
+  }
+}"""
+_PASS = re.compile(r"follow pass of '[^']+' in ([0-9.]+)s")
+
+
+def _follow_passes(dagster: str, runs: list[dict[str, Any]], since: float) -> list[float]:
+    """The seconds of every follow pass the runs since ``since`` logged."""
+    seconds: list[float] = []
+    for run in runs:
+        if (run["creationTime"] or 0) < since:
+            continue
+        response = httpx.post(
+            f"{dagster}/graphql",
+            json={"query": _LOGS, "variables": {"runId": run["runId"]}},
+            timeout=30,
+        )
+        events = response.json()["data"]["logsForRun"].get("events", [])
+        for event in events:
+            found = _PASS.search(event.get("message") or "")
+            if found:
+                seconds.append(float(found.group(1)))
+    return seconds
+
+
 def _run_figures(runs: list[dict[str, Any]], since: float) -> dict[str, Any]:
-    done = [r for r in runs if r["status"] == "SUCCESS" and (r["creationTime"] or 0) >= since]
+    begun = [r for r in runs if r["startTime"] and (r["creationTime"] or 0) >= since]
+    done = [r for r in begun if r["status"] == "SUCCESS"]
     if not done:
-        return {"runs": 0}
-    launch = [r["startTime"] - r["creationTime"] for r in done]
+        return {"runs": 0, "launch_s": [r["startTime"] - r["creationTime"] for r in begun]}
+    launch = [r["startTime"] - r["creationTime"] for r in begun]
     total = [r["endTime"] - r["creationTime"] for r in done]
     steps: dict[str, list[float]] = {}
     for r in done:
@@ -165,7 +195,9 @@ def main() -> None:
                 latency = time.monotonic() - acked
                 latencies.append(latency)
                 log(f"probe {i + 1}/{args.probes}: {latency:.2f}s")
-        runs = _run_figures(_runs(dagster), warm_at)
+        all_runs = _runs(dagster)
+        runs = _run_figures(all_runs, started)
+        passes = _follow_passes(dagster, all_runs, started)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -183,11 +215,20 @@ def main() -> None:
             "all": latencies,
         },
         "runs": runs,
+        "runs_launched": len([r for r in all_runs if (r["creationTime"] or 0) >= started]),
+        "follow_passes": {
+            "count": len(passes),
+            "p50_s": pct(passes, 50) if passes else None,
+            "max_s": max(passes) if passes else None,
+        },
         "load_average": os.getloadavg(),
         "data_dir": str(data) if args.keep else None,
     }
     figures = [len(latencies), pct(latencies, 50), pct(latencies, 90), max(latencies)]
     print(table(["probes", "p50 s", "p90 s", "max s"], [figures]))
+    if passes:
+        print(table(["follow passes", "p50 s", "max s"],
+                    [[len(passes), pct(passes, 50), max(passes)]]))  # fmt: skip
     if runs.get("runs"):
         print(table(["runs", "launch s (median)", "run s (median)", "run s (max)"],
                     [[runs["runs"], runs["launch_s_median"], runs["run_s_median"],
