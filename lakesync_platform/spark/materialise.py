@@ -122,16 +122,29 @@ def _read_batches(
         row_filter=GreaterThan(term=Reference(CURSOR_COL), value=literal(after)),
         selected_fields=(*names, LIVE_COL, CURSOR_COL),
     )
-    source = scan.to_arrow_batch_reader()
+    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
+
+    projected = scan.projection()
+    target = schema_to_pyarrow(projected)
+    fields = (*names, LIVE_COL, CURSOR_COL)
     out_names = [*names, "live", "cursor"]
-    picked = [source.schema.field(n) for n in (*names, LIVE_COL, CURSOR_COL)]
+    picked = [target.field(n) for n in fields]
     out_schema = pa.schema([f.with_name(n) for f, n in zip(picked, out_names, strict=True)])
+    tasks = list(scan.plan_files())
 
     def renamed() -> Iterator[pa.RecordBatch]:
-        for batch in source:
-            if batch.num_rows:
-                columns = [batch.column(n) for n in (*names, LIVE_COL, CURSOR_COL)]
-                yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
+        # One file at a time: pyiceberg 0.12's own batch reader reads every file of the scan
+        # at once (a thread per file, each file whole), which holds the table in memory.
+        for task in tasks:
+            reader = ArrowScan(
+                scan.table_metadata, scan.io, projected, scan.row_filter, scan.case_sensitive
+            )
+            for batch in reader.to_record_batches([task]):
+                if batch.num_rows:
+                    columns = [
+                        batch.column(n).cast(f.type) for n, f in zip(fields, picked, strict=True)
+                    ]
+                    yield pa.RecordBatch.from_arrays(columns, schema=out_schema)
 
     return pa.RecordBatchReader.from_batches(out_schema, renamed()), snapshot_id
 
