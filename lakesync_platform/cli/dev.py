@@ -3,7 +3,8 @@
 Processes (all children of this one, each in a session of its own):
 
 1. the gateway (``python -m lakesync_platform.cli gateway --no-auth``) on the embedded WAL;
-2. the Spark Connect server (:mod:`lakesync_platform.spark.server`) on the embedded lake, which
+2. the Spark Connect server (:mod:`lakesync_platform.pipeline.spark_server`) on the embedded
+   lake, which
    every pipeline run connects to (``LAKESYNC_SPARK_REMOTE``) instead of starting a JVM;
 3. ``dagster dev -w workspace.yaml`` with ``DAGSTER_HOME=<data-dir>/dagster`` and low backlog
    thresholds, so the sensors flush, merge and materialise the demo within seconds;
@@ -271,7 +272,7 @@ class DevStack:
             f"; destination {data / 'destination.db'}"
         )
         if spark_proc is not None:
-            from ..spark.server import wait_for_server
+            from ..pipeline.spark_server import wait_for_server
 
             waited = wait_for_server(
                 env[ENV_SPARK_REMOTE], spark_proc, timeout_s=s.spark_start_timeout_s
@@ -292,14 +293,14 @@ class DevStack:
     ) -> subprocess.Popen[bytes]:
         """Start the Spark Connect server of the stack's lake (its readiness is awaited
         later, while Dagster starts too)."""
-        from ..pipeline.context import spark_settings
-        from ..spark.server import start_server
+        from ..pipeline.spark_server import start_spark_server
 
         s = self.settings
-        spark = spark_settings(PipelineSettings.from_env(env))
         log_path = s.data_dir / "spark-connect.log"
         echo(f"spark     → sc://127.0.0.1:{s.spark_port}   (log {log_path})")
-        proc = start_server(spark, s.spark_port, env, log_path=log_path)
+        proc, _ = start_spark_server(
+            PipelineSettings.from_env(env), s.spark_port, env, log_path=log_path
+        )
         self.procs.append(("spark", proc))
         return proc
 

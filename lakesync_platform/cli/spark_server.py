@@ -2,7 +2,7 @@
 
 It runs in the foreground (a service manager's or a container's main process) until SIGTERM
 or Ctrl-C, which it passes on to the server's JVM. ``lakesync dev`` starts the same server
-itself (:mod:`lakesync_platform.spark.server`).
+itself (:mod:`lakesync_platform.pipeline.spark_server`).
 """
 
 from __future__ import annotations
@@ -38,16 +38,14 @@ def spark_server(data_dir: Path, port: int) -> None:
     Pipeline processes use it with LAKESYNC_SPARK_REMOTE=sc://HOST:PORT; those on this machine
     with the same data directory find it without the setting.
     """
-    from ..pipeline.context import spark_settings
-    from ..spark.server import start_server, wait_for_server
+    from ..pipeline.spark_server import start_spark_server, wait_for_server
 
     try:
         settings = PipelineSettings.from_env(os.environ, data_dir=str(data_dir))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    spark = spark_settings(settings)
     try:
-        proc = start_server(spark, port, os.environ, new_session=False)
+        proc, log_file = start_spark_server(settings, port, os.environ, new_session=False)
     except LakeSyncError as exc:
         raise click.ClickException(exc.message) from exc
 
@@ -62,5 +60,5 @@ def spark_server(data_dir: Path, port: int) -> None:
     except LakeSyncError as exc:
         proc.terminate()
         raise click.ClickException(exc.message) from exc
-    click.echo(f"spark     {url} ready in {waited:.1f}s (log {spark.resolved_log_file})")
+    click.echo(f"spark     {url} ready in {waited:.1f}s (log {log_file})")
     sys.exit(proc.wait())

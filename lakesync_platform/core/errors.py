@@ -18,7 +18,7 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
     ├── AdapterError         ADAPTER_ERROR       503  a storage backend failed
     └── FlushError           FLUSH_ERROR         500  a pipeline stage failed or could not start
-        └── CommitConflictError FLUSH_ERROR      500  another commit landed first (retried)
+        └── CommitConflictError COMMIT_CONFLICT  409  another commit landed first (retried)
 
 :data:`ERRORS_BY_CODE` is the registry (code → class → ``http_status``): the gateway's error
 responses, its OpenAPI error enum and the client's parsing of error envelopes are all built from
@@ -165,6 +165,9 @@ class CommitConflictError(FlushError):
     """An Iceberg commit lost to another one that landed first (its validation found the
     other's files): nothing of it was committed, and the stage may plan again and retry."""
 
+    code = "COMMIT_CONFLICT"
+    http_status = 409
+
 
 ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
     {
@@ -182,6 +185,7 @@ ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
             FlushError,
             LakeSyncError,
             SourceNotFoundError,
+            CommitConflictError,
         )
     }
 )

@@ -31,7 +31,7 @@ PROTOCOL_CODES = [  # PROTOCOL.md §4.2, in the order the OpenAPI document lists
 
 
 def test_the_registry_holds_the_protocol_codes_in_order_then_ours() -> None:
-    assert list(ERRORS_BY_CODE) == [*PROTOCOL_CODES, "SOURCE_NOT_FOUND"]
+    assert list(ERRORS_BY_CODE) == [*PROTOCOL_CODES, "SOURCE_NOT_FOUND", "COMMIT_CONFLICT"]
 
 
 def test_each_code_has_one_class_and_one_status() -> None:
@@ -67,6 +67,7 @@ def test_statuses_match_the_protocol() -> None:
         "FLUSH_ERROR": 500,
         "INTERNAL_ERROR": 500,
         "SOURCE_NOT_FOUND": 404,
+        "COMMIT_CONFLICT": 409,
     }
 
 
