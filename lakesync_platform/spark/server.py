@@ -34,10 +34,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..core.errors import LakeSyncError
-from ..install.jars import ensure_jars
 from ..install.jdk import find_java
-from ..install.local_fs import ensure_local_fs_jar
-from .session import CONNECT_MARKERS, SparkSettings
+from .session import CONNECT_MARKERS, SparkSettings, session_jars
 
 __all__ = [
     "CONNECT_SERVER_CLASS",
@@ -135,19 +133,11 @@ def server_command(
     import pyspark
 
     java = find_java(env)
-    jars: tuple[Path, ...] = ()
-    local_fs: Path | None = None
-    if not settings.packages:
-        jar_set = ensure_jars(settings.resolved_jar_dir, env)
-        jars, local_fs = jar_set.all, jar_set.local_fs
-    else:
+    if settings.packages and "spark-connect_2.12" not in settings.packages:
         # The server's class comes from Maven too when the jars do.
         extra = f"org.apache.spark:spark-connect_2.12:{_connect_version()}"
-        if extra.split(":")[1] not in settings.packages:
-            settings = _with_packages(settings, f"{settings.packages},{extra}")
-        if settings.fork_free_local_fs:
-            local_fs = ensure_local_fs_jar(settings.resolved_jar_dir, env)
-            jars = (local_fs,) if local_fs is not None else ()
+        settings = _with_packages(settings, f"{settings.packages},{extra}")
+    jars, local_fs = session_jars(settings, env)
     home = Path(pyspark.__file__).resolve().parent
     conf = settings.spark_conf(jars, local_fs=local_fs is not None)
     conf["spark.connect.grpc.binding.port"] = str(port)

@@ -50,6 +50,7 @@ __all__ = [
     "is_connect",
     "local_pyiceberg_catalog",
     "pyiceberg_catalog",
+    "session_jars",
 ]
 
 CATALOG = "lakesync"
@@ -299,14 +300,7 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
             )
         return active
     java = find_java(env)
-    jars: tuple[Path, ...] = ()
-    local_fs: Path | None = None
-    if not settings.packages:
-        jar_set = ensure_jars(settings.resolved_jar_dir, env)
-        jars, local_fs = jar_set.all, jar_set.local_fs
-    elif settings.fork_free_local_fs:
-        local_fs = ensure_local_fs_jar(settings.resolved_jar_dir, env)
-        jars = (local_fs,) if local_fs is not None else ()
+    jars, local_fs = session_jars(settings, env)
     if settings.resolved_warehouse.startswith("file:"):
         Path(urlparse(settings.resolved_warehouse).path).mkdir(parents=True, exist_ok=True)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -321,6 +315,22 @@ def create_spark_session(settings: SparkSettings, *, env: Mapping[str, str]) -> 
         os.environ.pop(name, None)
     with _launcher_env(java.launcher_env):
         return builder.getOrCreate()
+
+
+def session_jars(
+    settings: SparkSettings, env: Mapping[str, str]
+) -> tuple[tuple[Path, ...], Path | None]:
+    """The local jars a driver for ``settings`` loads (``spark.jars``) and the fork-free local
+    filesystem's among them (``None``: not built): the jar folder, filled first when a pinned
+    jar is missing — or, with ``packages`` (Maven coordinates Spark resolves), the local
+    filesystem's jar alone."""
+    if not settings.packages:
+        jar_set = ensure_jars(settings.resolved_jar_dir, env)
+        return jar_set.all, jar_set.local_fs
+    if settings.fork_free_local_fs:
+        local_fs = ensure_local_fs_jar(settings.resolved_jar_dir, env)
+        return ((local_fs,) if local_fs is not None else ()), local_fs
+    return (), None
 
 
 def connect_session(settings: SparkSettings) -> SparkSession:

@@ -284,16 +284,9 @@ def compact_table(
     before = files_in(before_history)
     rewritten = added = rewritten_deletes = manifests = 0
     if before_history.current is not None and (before.data_files > 1 or before.delete_files):
-        strategy = (
-            "'sort', sort_order => 'row_id ASC NULLS FIRST'" if sort_by_row_id else "'binpack'"
+        rewritten, added, rewritten_deletes = _rewrite_data_files(
+            spark, qualified, rewrite_options(policy, state=sort_by_row_id), sort_by_row_id
         )
-        options = _options(rewrite_options(policy, state=sort_by_row_id))
-        rows = _call(
-            spark, "rewrite_data_files", qualified, f"strategy => {strategy}, options => {options}"
-        )
-        rewritten = _first(rows, "rewritten_data_files_count")
-        added = _first(rows, "added_data_files_count")
-        rewritten_deletes = _first(rows, "removed_delete_files_count")
     jtable = load_table(catalog, qualified)
     current = history_from_pyiceberg(jtable).current
     if current is not None and int(current.summary.get("total-delete-files") or 0):
@@ -312,10 +305,7 @@ def compact_table(
     if max(data_manifests, delete_manifests) >= policy.min_input_files:
         rows = _call(spark, "rewrite_manifests", qualified)
         manifests = _first(rows, "rewritten_manifests_count")
-    after_history = history_from_pyiceberg(load_table(catalog, qualified))
-    if properties and after_history.current_id != before_history.current_id:
-        _commit_properties(spark, qualified, {**properties, UPKEEP_PROP: "watermark"})
-        after_history = history_from_pyiceberg(load_table(catalog, qualified))
+    after_history = _stamped(spark, catalog, qualified, before_history, properties)
     new = [
         s.snapshot_id
         for s in after_history.ancestors()
@@ -334,6 +324,41 @@ def compact_table(
         tuple(reversed(new)),
         clock() - started,
     )
+
+
+def _rewrite_data_files(
+    spark: SparkSession, qualified: str, options: Mapping[str, str], sort_by_row_id: bool
+) -> tuple[int, int, int]:
+    """``rewrite_data_files`` (sorted by ``row_id`` or bin-packed) with ``options``: the data
+    files it rewrote and added, the delete files it removed."""
+    strategy = "'sort', sort_order => 'row_id ASC NULLS FIRST'" if sort_by_row_id else "'binpack'"
+    rows = _call(
+        spark,
+        "rewrite_data_files",
+        qualified,
+        f"strategy => {strategy}, options => {_options(options)}",
+    )
+    return (
+        _first(rows, "rewritten_data_files_count"),
+        _first(rows, "added_data_files_count"),
+        _first(rows, "removed_delete_files_count"),
+    )
+
+
+def _stamped(
+    spark: SparkSession,
+    catalog: Catalog,
+    qualified: str,
+    before: TableHistory,
+    properties: Mapping[str, str],
+) -> TableHistory:
+    """The table's history after a compaction, its ``properties`` committed first when the
+    compaction committed and there are any (the change log's watermark)."""
+    after = history_from_pyiceberg(load_table(catalog, qualified))
+    if properties and after.current_id != before.current_id:
+        _commit_properties(spark, qualified, {**properties, UPKEEP_PROP: "watermark"})
+        after = history_from_pyiceberg(load_table(catalog, qualified))
+    return after
 
 
 def _commit_properties(spark: SparkSession, qualified: str, properties: Mapping[str, str]) -> None:
@@ -508,16 +533,10 @@ def compact_small_files(
     before = files_in(before_history)
     rewritten = added = rewritten_deletes = 0
     if before.data_files > 1:
-        strategy = (
-            "'sort', sort_order => 'row_id ASC NULLS FIRST'" if sort_by_row_id else "'binpack'"
+        options = small_rewrite_options(small_file_bytes, state=sort_by_row_id)
+        rewritten, added, rewritten_deletes = _rewrite_data_files(
+            spark, qualified, options, sort_by_row_id
         )
-        options = _options(small_rewrite_options(small_file_bytes, state=sort_by_row_id))
-        rows = _call(
-            spark, "rewrite_data_files", qualified, f"strategy => {strategy}, options => {options}"
-        )
-        rewritten = _first(rows, "rewritten_data_files_count")
-        added = _first(rows, "added_data_files_count")
-        rewritten_deletes = _first(rows, "removed_delete_files_count")
     if files_in(history_from_pyiceberg(load_table(catalog, qualified))).delete_files > 1:
         rows = _call(
             spark,
@@ -526,10 +545,7 @@ def compact_small_files(
             f"options => {_options({'min-input-files': '2'})}",
         )
         rewritten_deletes += _first(rows, "rewritten_delete_files_count")
-    after_history = history_from_pyiceberg(load_table(catalog, qualified))
-    if properties and after_history.current_id != before_history.current_id:
-        _commit_properties(spark, qualified, {**properties, UPKEEP_PROP: "watermark"})
-        after_history = history_from_pyiceberg(load_table(catalog, qualified))
+    after_history = _stamped(spark, catalog, qualified, before_history, properties)
     new = [
         s.snapshot_id
         for s in after_history.ancestors()
