@@ -2,9 +2,10 @@
 
 The Spark tests here look inside the driver JVM (which class the catalog's FileIO resolves, what
 Hadoop's permission calls do), so they need a classic in-process session: on a Spark Connect
-client the JVM is the server's, out of reach, and they skip (:func:`_java_table`). CI runs the
-suite on the classic session, so they keep running there; the files' permissions and checksums
-they check are also what a Connect server's catalog writes.
+client the JVM is the server's, out of reach, and they skip (:func:`_java_table`) — and
+:func:`test_the_jvm_tests_run_on_an_in_process_driver` runs them in a pytest of their own on an
+in-process driver, so CI runs them whatever the suite's session. The files' permissions and
+checksums they check are also what a Connect server's catalog writes.
 """
 
 from __future__ import annotations
@@ -116,3 +117,25 @@ def test_set_permission_sets_what_hadoop_asks(spark: Any, gw: str, tmp_path: Pat
         jvm.org.apache.hadoop.fs.permission.FsPermission(0o1777),
     )
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o1777
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_jvm_tests_run_on_an_in_process_driver(spark_server: str | None) -> None:
+    """On the suite's Spark Connect server the two tests above cannot reach the driver JVM and
+    skip; here they run in a pytest of their own on an in-process driver
+    (``LAKESYNC_TEST_SPARK=local``), so CI runs them either way."""
+    if spark_server is None:
+        pytest.skip("the suite runs on an in-process driver: the tests above ran themselves")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_CONNECT_MODE_ENABLED",)}
+    env["LAKESYNC_TEST_SPARK"] = "local"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__,
+         "-k", "catalog_writes_through_it or set_permission"],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "2 passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
