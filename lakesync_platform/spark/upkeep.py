@@ -306,12 +306,6 @@ def compact_table(
         rows = _call(spark, "rewrite_manifests", qualified)
         manifests = _first(rows, "rewritten_manifests_count")
     after_history = _stamped(spark, catalog, qualified, before_history, properties)
-    new = [
-        s.snapshot_id
-        for s in after_history.ancestors()
-        if s.snapshot_id != before_history.current_id
-        and before_history.snapshot(s.snapshot_id) is None
-    ]
     return CompactionResult(
         gw,
         table,
@@ -321,9 +315,16 @@ def compact_table(
         added,
         rewritten_deletes,
         manifests,
-        tuple(reversed(new)),
+        _committed(before_history, after_history),
         clock() - started,
     )
+
+
+def _committed(before: TableHistory, after: TableHistory) -> tuple[int, ...]:
+    """The snapshots ``after`` holds that ``before`` did not: what a compaction committed,
+    oldest first."""
+    new = [s.snapshot_id for s in after.ancestors() if before.snapshot(s.snapshot_id) is None]
+    return tuple(reversed(new))
 
 
 def _rewrite_data_files(
@@ -546,11 +547,6 @@ def compact_small_files(
         )
         rewritten_deletes += _first(rows, "rewritten_delete_files_count")
     after_history = _stamped(spark, catalog, qualified, before_history, properties)
-    new = [
-        s.snapshot_id
-        for s in after_history.ancestors()
-        if before_history.snapshot(s.snapshot_id) is None
-    ]
     return CompactionResult(
         gw,
         table,
@@ -560,6 +556,6 @@ def compact_small_files(
         added,
         rewritten_deletes,
         0,
-        tuple(reversed(new)),
+        _committed(before_history, after_history),
         clock() - started,
     )
