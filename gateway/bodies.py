@@ -117,12 +117,24 @@ class Status(msgspec.Struct, omit_defaults=True):
     reason: str | None = None
 
 
-class PushResponse(msgspec.Struct, rename="camel"):
-    """A push's answer: the cursor to resume from, deltas accepted, and what was appended."""
+class PushRefusal(msgspec.Struct, rename="camel"):
+    """A delta of the push the sync rules refused (docs/gateway.md, "Security model")."""
+
+    delta_id: str
+    table: str
+    row_id: str
+    code: str
+    error: str
+
+
+class PushResponse(msgspec.Struct, rename="camel", omit_defaults=True):
+    """A push's answer: the cursor to resume from, deltas accepted (refused ones not counted),
+    what was appended, and — only when there are some — the deltas the sync rules refused."""
 
     server_hlc: str
     accepted: int
     deltas: list[WireDelta]
+    refused: list[PushRefusal] = msgspec.field(default_factory=list)
 
 
 class PullResponse(msgspec.Struct, rename="camel"):

@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from websockets.sync.client import connect
 
@@ -45,10 +45,18 @@ from lakesync_platform.core.proto import (
 from lakesync_platform.core.wire import delta_to_wire
 
 
+class Pushed(NamedTuple):
+    """A push's answer as a simulated client reads it: the cursor, and the ids of the deltas
+    the sync rules refused (the TS client ignores them; a stamped client reverts their rows)."""
+
+    server_hlc: int
+    refused: frozenset[str] = frozenset()
+
+
 class Gateway(Protocol):
     """What a simulated client talks to (in-process service or HTTP)."""
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int: ...
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> Pushed: ...
 
     def pull(
         self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
@@ -207,7 +215,7 @@ class TsLikeClient:
         ids = {e.id for e in entries}
         self.sending = ids  # markSending: the applier's peek no longer sees them
         try:
-            server = self.gateway.push(self.client_id, [e.delta for e in entries])
+            server = self.gateway.push(self.client_id, [e.delta for e in entries]).server_hlc
         except Exception:
             return  # nack: entries stay queued
         finally:
@@ -357,10 +365,15 @@ class StampedClient:
         while self.queue:
             batch = self.queue[:100]
             try:
-                self.gateway.push(self.client_id, batch)
+                pushed = self.gateway.push(self.client_id, batch)
             except Exception:
                 return
             self.queue = self.queue[len(batch) :]
+            for d in batch:
+                if d.delta_id in pushed.refused:
+                    # Our client's revert: forget the row and its stamps; the gateway
+                    # re-announces it, so the next pull brings its state (or nothing).
+                    self.rows.pop((d.table, d.row_id), None)
 
     def pull(self) -> None:
         while True:
@@ -444,11 +457,11 @@ class WsLink:
             if not self._dispatch(message):
                 return decode_sync_response(message)
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int:
-        """A ``0x01`` frame; the reply's ``serverHlc``."""
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> Pushed:
+        """A ``0x01`` frame; the reply's ``serverHlc`` (the TS client reads nothing else)."""
         payload = encode_sync_push(client_id, deltas, 0)
         _, server_hlc, _ = self._request(frame(TAG_SYNC_PUSH, payload))
-        return server_hlc
+        return Pushed(server_hlc)
 
     def pull(
         self, client_id: str, since: int, limit: int, stamped: bool

@@ -23,7 +23,7 @@ from lakesync_platform.core.wire import (
 from lakesync_platform.sync.source_pull import MAX_SOURCE_CURSOR
 
 from ..auth import COUNTS_PUSH, Identity, client_guard
-from ..bodies import PullPageBody, PullResponse, PushRequest, PushResponse
+from ..bodies import PullPageBody, PullResponse, PushRefusal, PushRequest, PushResponse
 from ..openapi import (
     BEARER,
     CHECKPOINT_QUERY,
@@ -64,7 +64,8 @@ class SyncController(Controller):
         gw: GatewayId,
         services: NamedDependency[GatewayServices],
     ) -> Response[bytes]:
-        """Push a batch of deltas; accepted whole or rejected whole."""
+        """Push a batch of deltas; accepted whole or rejected whole — but for the deltas the
+        sync rules do not let the caller write, which are refused one by one (``refused``)."""
         identity, metrics = request.user, services.metrics
         started = time.perf_counter()
         status = "error"
@@ -91,8 +92,16 @@ class SyncController(Controller):
             metrics.observe_push(gw, status, time.perf_counter() - started)
         services.realtime.committed(gw, result.head)
         metrics.observe_push_counts(result.accepted, len(result.entries), result.duplicates)
+        refused = [
+            PushRefusal(
+                r.delta.delta_id, r.delta.table, r.delta.row_id, r.error.code, r.error.message
+            )
+            for r in result.refused
+        ]
         return json_response(
-            PushResponse(str(result.server_hlc), result.accepted, deltas_to_wire(result.entries))
+            PushResponse(
+                str(result.server_hlc), result.accepted, deltas_to_wire(result.entries), refused
+            )
         )
 
     @get(

@@ -35,6 +35,7 @@ from ._transport import (
     PullResponse,
     PushAck,
     RealtimeTransport,
+    RefusedWrite,
     Transport,
 )
 from ._watch import QueryWatch
@@ -59,6 +60,7 @@ __all__ = [
     "PushAck",
     "QueryWatch",
     "RealtimeTransport",
+    "RefusedWrite",
     "RowExistsError",
     "RowNotFoundError",
     "SchemaRegistry",

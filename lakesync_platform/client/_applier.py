@@ -50,7 +50,7 @@ from ._stamps import (
 )
 from ._wire import RemoteColumn, RemoteRow
 
-__all__ = ["RowPlan", "apply_block", "apply_rows", "block_row", "plan_row"]
+__all__ = ["RowPlan", "apply_block", "apply_rows", "block_row", "forget_rows", "plan_row"]
 
 log = logging.getLogger(__name__)
 
@@ -274,4 +274,27 @@ def apply_block(db: LocalDB, registry: SchemaRegistry, block: StampedBlock) -> s
     )
     save_new_stamps(db, block.table, block.row_ids, _new_row_stamps(columns, len(block)))
     changed.add(block.table)
+    return changed
+
+
+def forget_rows(db: LocalDB, registry: SchemaRegistry, rows: Sequence[tuple[str, str]]) -> set[str]:
+    """Drop ``(table, row_id)`` rows and their stamps, local deletes included (inside a
+    transaction); returns the user tables that changed.
+
+    This reverts writes the gateway refused: the gateway re-announces each such row, so the next
+    pull brings the server's state of it as to a client that never held it (or nothing, if the
+    row is outside the client's view)."""
+    by_table: dict[str, list[tuple[str]]] = {}
+    for table, row_id in rows:
+        by_table.setdefault(table, []).append((row_id,))
+    changed = set()
+    for table, ids in by_table.items():
+        if registry.types(table) is not None and db.exec_many(
+            f'DELETE FROM "{table}" WHERE _rowId = ?', ids
+        ):
+            changed.add(table)
+        db.exec_many(
+            "DELETE FROM _lakesync_stamps WHERE tbl = ? AND row_id = ?",
+            [(table, row_id) for (row_id,) in ids],
+        )
     return changed

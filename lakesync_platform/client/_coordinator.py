@@ -39,7 +39,7 @@ from ..core.errors import ClockDriftError
 from ..core.hlc import HLC, encode
 from ..core.stamped import StampedBlock
 from ._actions import ActionQueue
-from ._applier import apply_block, apply_rows
+from ._applier import apply_block, apply_rows, forget_rows
 from ._db import LocalDB
 from ._errors import DeadLetterError, TransportError, is_permanent
 from ._kv import SyncState
@@ -47,7 +47,7 @@ from ._outbox import Outbox, OutboxEntry
 from ._retry import Outage, min_delay_ms
 from ._schemas import SchemaRegistry
 from ._tracker import SyncTracker
-from ._transport import Checkpoint, RealtimeTransport, Transport
+from ._transport import Checkpoint, RealtimeTransport, RefusedWrite, Transport
 from ._wire import CheckpointBatch, RemoteRow
 
 __all__ = ["SyncCoordinator", "SyncMode", "SyncReport"]
@@ -160,6 +160,8 @@ class SyncCoordinator:
         self._changes = _Listeners[frozenset[str]]("on_change")
         self._completes = _Listeners[SyncReport]("on_sync_complete")
         self._errors = _Listeners[BaseException]("on_error")
+        self._refusals = _Listeners[tuple[RefusedWrite, ...]]("on_refused")
+        self._reannounced = False  # a push had writes refused: pull again to get their rows
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -180,6 +182,13 @@ class SyncCoordinator:
     def on_sync_complete(self, listener: Callable[[SyncReport], None]) -> Callable[[], None]:
         """Call ``listener(report)`` after each successful ``sync_once``."""
         return self._completes.add(listener)
+
+    def on_refused(
+        self, listener: Callable[[tuple[RefusedWrite, ...]], None]
+    ) -> Callable[[], None]:
+        """Call ``listener(refused)`` when the gateway's sync rules refused pushed writes: they
+        are dead-lettered with the reason, their local rows reverted to the server's state."""
+        return self._refusals.add(listener)
 
     def on_error(self, listener: Callable[[BaseException], None]) -> Callable[[], None]:
         """Call ``listener(error)`` when a sync fails or outbox entries are dead-lettered."""
@@ -418,7 +427,7 @@ class SyncCoordinator:
         try:
             with self._db.lock:
                 last_seen = self._hlc.now()
-            self.transport.push(self.client_id, [e.delta for e in batch], last_seen)
+            ack = self.transport.push(self.client_id, [e.delta for e in batch], last_seen)
         except Exception as exc:
             if is_permanent(exc):
                 if len(batch) == 1:
@@ -445,11 +454,27 @@ class SyncCoordinator:
             if dead:
                 self._dead(dead, exc)
             raise
+        refused = {r.delta_id: r for r in ack.refused}
+        kept = [e for e in batch if e.delta.delta_id not in refused]
+        gone = [e for e in batch if e.delta.delta_id in refused]
         with self._db.transaction():  # forget the entries, remember their stamps
-            self._outbox.ack(ids)
+            self._outbox.ack([e.id for e in kept])
+            for e in gone:  # a dead-letter row with the reason; the local row reverted
+                r = refused[e.delta.delta_id]
+                self._outbox.dead_letter([e.id], f"{r.code}: {r.message}")
+            changed = forget_rows(
+                self._db, self._registry, [(e.delta.table, e.delta.row_id) for e in gone]
+            )
             self._state.hlc_high = encode(*self._hlc.state)
         self._answered()
-        return len(ids), 0
+        if gone:
+            self._reannounced = True
+            reasons = tuple(refused[e.delta.delta_id] for e in gone)
+            log.warning("the gateway refused %d writes: %s", len(gone), reasons[0].message)
+            self._refusals.emit(reasons)
+            if changed:
+                self._changes.emit(frozenset(changed))
+        return len(kept), len(gone)
 
     def _answered(self) -> None:
         """A request succeeded: if it ends an outage, entries backing off from it are due."""
@@ -515,7 +540,8 @@ class SyncCoordinator:
                         self.actions.process(self.transport)
                     except Exception as exc:
                         failure = failure or exc
-            if pushed and failure is None and self.sync_mode == "full":
+            reannounced, self._reannounced = self._reannounced, False
+            if (pushed or reannounced) and failure is None and self.sync_mode == "full":
                 try:
                     pulled += self.pull()
                 except Exception as exc:

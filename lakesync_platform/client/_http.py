@@ -37,7 +37,7 @@ from ..core.delta import RowDelta
 from ..core.wire import delta_to_wire
 from ._actions import ActionResponse
 from ._errors import TransportError, error_from_envelope
-from ._transport import Checkpoint, PullResponse, PushAck
+from ._transport import Checkpoint, PullResponse, PushAck, RefusedWrite
 from ._wire import CheckpointBatch, checkpoint_batches, decode_pull_body, read_frames
 
 __all__ = [
@@ -159,7 +159,11 @@ class HttpTransport:
         )
         self._raise_for(response)
         data = _json(response)
-        return PushAck(_int(data.get("serverHlc", 0), "serverHlc"), int(data.get("accepted", 0)))
+        return PushAck(
+            _int(data.get("serverHlc", 0), "serverHlc"),
+            int(data.get("accepted", 0)),
+            refused_writes(data.get("refused")),
+        )
 
     def pull(
         self, client_id: str, since: int, limit: int, source: str | None = None
@@ -250,3 +254,20 @@ class HttpTransport:
         """Close the HTTP connection pool (if this transport created it)."""
         if self._owns_client:
             self._client.close()
+
+
+def refused_writes(raw: Any) -> tuple[RefusedWrite, ...]:
+    """The ``refused`` list of a push answer (absent: none)."""
+    if not raw:
+        return ()
+    if not isinstance(raw, list):
+        raise TransportError("gateway answered a push with a malformed 'refused' list")
+    try:
+        return tuple(
+            RefusedWrite(
+                str(r["deltaId"]), str(r["table"]), str(r["rowId"]), str(r["code"]), str(r["error"])
+            )
+            for r in raw
+        )
+    except (KeyError, TypeError) as exc:
+        raise TransportError("gateway answered a push with a malformed 'refused' list") from exc

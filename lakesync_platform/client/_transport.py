@@ -41,16 +41,31 @@ __all__ = [
     "PullResponse",
     "PushAck",
     "RealtimeTransport",
+    "RefusedWrite",
     "Transport",
 ]
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedWrite:
+    """A delta of an accepted push that the gateway's sync rules did not let this client write
+    (``code`` ``WRITE_FORBIDDEN``; docs/gateway.md, "Security model")."""
+
+    delta_id: str
+    table: str
+    row_id: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class PushAck:
-    """The gateway accepted a push: ``accepted`` deltas (new + duplicates)."""
+    """The gateway accepted a push: ``accepted`` deltas (new + duplicates), and ``refused``
+    the ones its sync rules did not let the client write."""
 
     server_hlc: int
     accepted: int
+    refused: tuple[RefusedWrite, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,14 +134,27 @@ class Transport(Protocol):
         ...
 
 
+class _Refusal(Protocol):
+    """A delta an embedded push refused, and the error that says why."""
+
+    @property
+    def delta(self) -> RowDelta: ...
+
+    @property
+    def error(self) -> Any: ...
+
+
 class _PushOutcome(Protocol):
-    """What an embedded push answers: the cursor to report and the deltas accepted."""
+    """What an embedded push answers: the cursor to report, the deltas accepted and refused."""
 
     @property
     def server_hlc(self) -> int: ...
 
     @property
     def accepted(self) -> int: ...
+
+    @property
+    def refused(self) -> Sequence[_Refusal]: ...
 
 
 class _PulledPage(Protocol):
@@ -249,7 +277,13 @@ class InProcessTransport:
         result = self.service.push(
             self.gateway_id, client_id, deltas, claims=self._claims_for(client_id)
         )
-        return PushAck(result.server_hlc, result.accepted)
+        refused = tuple(
+            RefusedWrite(
+                r.delta.delta_id, r.delta.table, r.delta.row_id, r.error.code, r.error.message
+            )
+            for r in result.refused
+        )
+        return PushAck(result.server_hlc, result.accepted, refused)
 
     def pull(
         self, client_id: str, since: int, limit: int, source: str | None = None

@@ -13,6 +13,8 @@ instance may carry another one, e.g. :class:`AuthError` 403 for a wrong gateway 
     ├── ClockDriftError      CLOCK_DRIFT         409  remote HLC too far ahead
     ├── AuthError            AUTH_ERROR          401  bad token (403: wrong gateway/role)
     ├── ForbiddenError       FORBIDDEN           403  identity mismatch
+    │   └── WriteForbiddenError WRITE_FORBIDDEN  403  the sync rules refuse a delta (per delta,
+    │                                                 in a push's 200 answer: ``refused``)
     ├── NotFoundError        NOT_FOUND           404
     │   └── SourceNotFoundError SOURCE_NOT_FOUND 404  ``pull?source=`` names no declared source
     ├── RateLimitedError     RATE_LIMITED        429  (with ``retry_after`` seconds)
@@ -61,6 +63,7 @@ __all__ = [
     "SchemaError",
     "SourceNotFoundError",
     "ValidationError",
+    "WriteForbiddenError",
 ]
 
 
@@ -120,6 +123,16 @@ class ForbiddenError(LakeSyncError):
 
     code = "FORBIDDEN"
     http_status = 403
+
+
+class WriteForbiddenError(ForbiddenError):
+    """The sync rules do not let the caller write a row (docs/gateway.md, "Security model").
+
+    A push does not fail for it: the delta is refused inside the 200 answer (``refused``, with
+    this code and message), the rest of the batch is accepted, and the row is re-announced.
+    """
+
+    code = "WRITE_FORBIDDEN"
 
 
 class NotFoundError(LakeSyncError):
@@ -186,6 +199,7 @@ ERRORS_BY_CODE: Final[Mapping[str, type[LakeSyncError]]] = MappingProxyType(
             LakeSyncError,
             SourceNotFoundError,
             CommitConflictError,
+            WriteForbiddenError,
         )
     }
 )

@@ -12,6 +12,14 @@ the row fails the filter; the row value is converted with JavaScript ``String()`
 and ``neq`` are exact string (non-)membership; ``gt``/``lt``/``gte``/``lte`` compare the first
 resolved value numerically when ``parseFloat`` reads a number from both sides, else by
 :func:`locale_compare` (an approximation of ICU ``localeCompare``, see there).
+
+The same buckets govern **writes** (:meth:`ClientView.may_write`), as Postgres row-level
+security's ``USING`` and ``WITH CHECK`` do: a change is allowed only if the row before it (an
+update or a delete) and the row after it (an insert or an update) are each in a bucket that
+allows that operation. A bucket allows every operation unless it says ``"write": false``
+(read-only) or lists the operations it allows (``"write": ["insert", "update"]``). The rule
+set's ``"writes": "unrestricted"`` turns the check off (the reference's behaviour: any client
+writes any row).
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from .ids import js_number
 
 __all__ = [
     "FILTER_OPS",
+    "WRITE_OPS",
     "Bucket",
     "Claims",
     "ClientView",
@@ -43,6 +52,13 @@ __all__ = [
 
 FILTER_OPS: Final = ("eq", "in", "neq", "gt", "lt", "gte", "lte")
 """Filter operators, in the reference's order (used in its validation message)."""
+
+WRITE_OPS: Final = ("insert", "update", "delete")
+"""The operations a bucket may allow (``"write"``), judged on the row: an *insert* makes a row
+live, an *update* changes a live row, a *delete* ends one."""
+
+UNRESTRICTED_WRITES: Final = "unrestricted"
+"""The rule set's ``"writes"`` value that turns write checks off."""
 
 Claims: TypeAlias = Mapping[str, str | Sequence[str]]
 """A client's resolved JWT claims (``TokenClaims.claims``)."""
@@ -59,19 +75,23 @@ class Filter:
 
 @dataclass(frozen=True, slots=True)
 class Bucket:
-    """A named set of rows: rows of ``tables`` (empty = all tables) matching every filter."""
+    """A named set of rows: rows of ``tables`` (empty = all tables) matching every filter;
+    ``write``: the operations (:data:`WRITE_OPS`) its rows may undergo."""
 
     name: str
     tables: tuple[str, ...]
     filters: tuple[Filter, ...]
+    write: frozenset[str] = frozenset(WRITE_OPS)
 
 
 @dataclass(frozen=True, slots=True)
 class SyncRules:
-    """A versioned rule set; a row is visible if it is in any bucket."""
+    """A versioned rule set; a row is visible if it is in any bucket. ``unrestricted_writes``:
+    writes are not checked against the buckets (``"writes": "unrestricted"``)."""
 
     version: int
     buckets: tuple[Bucket, ...]
+    unrestricted_writes: bool = False
 
 
 def _fail(message: str) -> ValidationError:
@@ -119,8 +139,28 @@ def _parse_bucket(i: int, raw: Any, seen: set[str]) -> Bucket:
     if not isinstance(filters, list):
         raise _fail(f'Bucket "{name}" filters must be an array')
     return Bucket(
-        name, tuple(tables), tuple(_parse_filter(name, j, f) for j, f in enumerate(filters))
+        name,
+        tuple(tables),
+        tuple(_parse_filter(name, j, f) for j, f in enumerate(filters)),
+        _parse_write(name, raw.get("write", True)),
     )
+
+
+def _parse_write(bucket_name: str, raw: Any) -> frozenset[str]:
+    """A bucket's ``"write"``: ``true`` (every operation), ``false`` (none) or a list of them."""
+    if raw is True:
+        return frozenset(WRITE_OPS)
+    if raw is False:
+        return frozenset()
+    message = (
+        f'Bucket "{bucket_name}" write must be true, false or an array of: {", ".join(WRITE_OPS)}'
+    )
+    if not isinstance(raw, list) or any(not isinstance(op, str) for op in raw):
+        raise _fail(message)
+    unknown = [op for op in raw if op not in WRITE_OPS]
+    if unknown:
+        raise _fail(f"{message} (got {unknown[0]!r})")
+    return frozenset(raw)
 
 
 def parse_sync_rules(obj: object) -> SyncRules:
@@ -142,23 +182,42 @@ def parse_sync_rules(obj: object) -> SyncRules:
     buckets = obj.get("buckets")
     if not isinstance(buckets, list):
         raise _fail("Sync rules buckets must be an array")
+    writes = obj.get("writes", "rules")
+    if writes not in ("rules", UNRESTRICTED_WRITES):
+        raise _fail(f'Sync rules writes must be "rules" or "{UNRESTRICTED_WRITES}"')
     seen: set[str] = set()
-    return SyncRules(int(version), tuple(_parse_bucket(i, b, seen) for i, b in enumerate(buckets)))
+    return SyncRules(
+        int(version),
+        tuple(_parse_bucket(i, b, seen) for i, b in enumerate(buckets)),
+        writes == UNRESTRICTED_WRITES,
+    )
 
 
 def sync_rules_to_json(rules: SyncRules) -> dict[str, Any]:
-    """The wire form of ``rules``; :func:`parse_sync_rules` reads it back."""
-    return {
+    """The wire form of ``rules``; :func:`parse_sync_rules` reads it back.
+
+    ``"write"`` and ``"writes"`` appear only when they differ from their defaults, so rules
+    without them keep the form (and the view tags, :mod:`~lakesync_platform.sync.cursors`)
+    they had before writes were checked.
+    """
+    out: dict[str, Any] = {
         "version": rules.version,
-        "buckets": [
-            {
-                "name": b.name,
-                "tables": list(b.tables),
-                "filters": [{"column": f.column, "op": f.op, "value": f.value} for f in b.filters],
-            }
-            for b in rules.buckets
-        ],
+        "buckets": [_bucket_json(b) for b in rules.buckets],
     }
+    if rules.unrestricted_writes:
+        out["writes"] = UNRESTRICTED_WRITES
+    return out
+
+
+def _bucket_json(b: Bucket) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": b.name,
+        "tables": list(b.tables),
+        "filters": [{"column": f.column, "op": f.op, "value": f.value} for f in b.filters],
+    }
+    if b.write != frozenset(WRITE_OPS):
+        out["write"] = [op for op in WRITE_OPS if op in b.write]
+    return out
 
 
 # --- JavaScript value semantics -----------------------------------------------------------------
@@ -285,6 +344,7 @@ def _compile_filter(f: Filter, claims: Claims) -> _Test | None:
 class _CompiledBucket:
     tables: frozenset[str] | None  # None: every table
     tests: tuple[tuple[str, _Test], ...]
+    write: frozenset[str]
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         for column, test in self.tests:
@@ -299,7 +359,7 @@ class ClientView:
     ``None`` rules or a rule set without buckets make everything visible.
     """
 
-    __slots__ = ("_buckets", "_by_table", "_open")
+    __slots__ = ("_buckets", "_by_table", "_free", "_open", "_writers")
 
     def __init__(self, rules: SyncRules | None, claims: Claims) -> None:
         self._open = rules is None or not rules.buckets
@@ -312,10 +372,13 @@ class ClientView:
                 _CompiledBucket(
                     frozenset(bucket.tables) if bucket.tables else None,
                     tuple((column, test) for column, test in tests if test is not None),
+                    bucket.write,
                 )
             )
         self._buckets = tuple(compiled)
         self._by_table: dict[str, tuple[_CompiledBucket, ...]] = {}
+        self._writers: dict[tuple[str, str], tuple[_CompiledBucket, ...]] = {}
+        self._free: dict[str, bool] = {}
 
     def _for_table(self, table: str) -> tuple[_CompiledBucket, ...]:
         found = self._by_table.get(table)
@@ -337,3 +400,49 @@ class ClientView:
         if self._open:
             return True
         return any(b.matches(row) for b in self._for_table(table))
+
+    # --- writes (USING + WITH CHECK) -------------------------------------------------------
+
+    def _writing(self, table: str, op: str) -> tuple[_CompiledBucket, ...]:
+        found = self._writers.get((table, op))
+        if found is None:
+            found = self._writers[table, op] = tuple(
+                b for b in self._for_table(table) if op in b.write
+            )
+        return found
+
+    def table_writable(self, table: str) -> bool:
+        """Whether some write to ``table`` can be allowed (a bucket of it allows an operation)."""
+        return self._open or any(b.write for b in self._for_table(table))
+
+    def writes_unchecked(self, table: str) -> bool:
+        """Whether every write to ``table`` is allowed (no rules, or a filter-less bucket of it
+        that allows every operation): the caller may skip :meth:`may_write`."""
+        free = self._free.get(table)
+        if free is None:
+            free = self._free[table] = self._open or any(
+                not b.tests and len(b.write) == len(WRITE_OPS) for b in self._for_table(table)
+            )
+        return free
+
+    def may_write(
+        self,
+        table: str,
+        op: str,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+    ) -> bool:
+        """Whether the client may apply ``op`` (:data:`WRITE_OPS`) to a row of ``table``.
+
+        ``before`` is the live row the change starts from (``None`` for an insert), ``after``
+        the live row it leaves (``None`` for a delete); each must be in a bucket that allows
+        ``op`` — the ``USING`` and ``WITH CHECK`` of row-level security, on whole rows.
+        """
+        if self._open:
+            return True
+        buckets = self._writing(table, op)
+        if not buckets:
+            return False
+        if before is not None and not any(b.matches(before) for b in buckets):
+            return False
+        return after is None or any(b.matches(after) for b in buckets)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import msgspec
@@ -220,7 +220,10 @@ class PushPlan:
     ``entries[i].columns`` (precomputed where the push could). ``rows`` are the row states
     that change — written, re-announced (``reannounced``: moved to a fresh cursor although
     the log got no entry for them) or both. ``last_cursor`` is the gateway's cursor after the
-    push; ``added_bytes`` the backlog the entries add.
+    push; ``added_bytes`` the backlog the entries add. ``refused`` are the indices (in the
+    batch, and so in :attr:`AppendRequest.stamped_ids`) of the deltas the sync rules did not let
+    the pusher write: the store releases their claimed ids, so a later push of the same delta is
+    judged again rather than taken for a duplicate.
     """
 
     entries: list[WalEntry]
@@ -231,6 +234,7 @@ class PushPlan:
     duplicates: int
     added_bytes: int
     last_cursor: int
+    refused: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,9 @@ class GatewayConfig:
     columns: dict[str, list[str]]
     loaded: float
     has_filters: bool = field(init=False)
+    checks_writes: bool = field(init=False)
+    """Whether pushes are judged by the rules' buckets (there are buckets, and the rules do not
+    say ``"writes": "unrestricted"``)."""
     column_sets: dict[str, set[str]] = field(init=False)
     _types: dict[str, dict[str, str]] = field(init=False)
     _delivered: dict[tuple[str, int], tuple[tuple[str, ...], frozenset[str]]] = field(init=False)
@@ -38,6 +41,11 @@ class GatewayConfig:
 
     def __post_init__(self) -> None:
         self.has_filters = self.rules is not None and any(b.filters for b in self.rules.buckets)
+        self.checks_writes = (
+            self.rules is not None
+            and bool(self.rules.buckets)
+            and not self.rules.unrestricted_writes
+        )
         self.column_sets = {tbl: set(cols) for tbl, cols in self.columns.items()}
         self._types = {}
         self._delivered = {}

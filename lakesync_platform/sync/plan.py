@@ -10,6 +10,14 @@ where the pusher's write lost (wholly or in part), or that it pushed again, is r
 a fresh cursor so the pusher re-reads the winning state. The store then writes the plan and
 commits (plan, then commit, as the flush does).
 
+With a ``guard`` (the pusher's :class:`~lakesync_platform.core.sync_rules.ClientView`, when
+the sync rules check writes), each delta is judged on the row state it meets and the state it
+would leave (:meth:`~lakesync_platform.core.sync_rules.ClientView.may_write`) inside the same
+transaction, so no concurrent write slips between the check and the commit. A refused delta
+changes nothing; its row is re-announced to the pusher (a row it does not exist as yet is
+written as an empty tombstone, so that there is something to re-announce), and the rest of the
+batch goes on.
+
 A server-side append (connectors) is planned by :func:`plan_append`: the same merge, but only
 the columns whose value differs from the row's are applied (a re-polled, unchanged record
 appends nothing), and nothing is re-announced — there is no pusher to re-read it.
@@ -23,6 +31,7 @@ import msgspec
 
 from ..core.delta import DELETE, INSERT, RowDelta
 from ..core.merge import RowState, encode_row_state, merge_delta
+from ..core.sync_rules import ClientView
 from ..core.wal import LoadedRows, NewColumn, PushPlan, RowWrite, WalEntry, encode_columns
 from .prepare import Prepared, estimate_bytes
 
@@ -37,13 +46,14 @@ def plan_push(
     deltas: Sequence[RowDelta],
     prep: Prepared,
     now: int,
+    guard: ClientView | None = None,
 ) -> PushPlan:
     """What a client's push writes, given what its transaction loaded (see the module docstring).
 
     ``columns`` are the gateway's known columns per table; ``prep`` the batch's precomputed
-    parts (:func:`~.prepare.prepare`). A write to a row nobody has takes a shortcut (its
-    stored state is precomputed); the outcome equals merging every delta in order. Pure:
-    ``loaded`` is not modified.
+    parts (:func:`~.prepare.prepare`); ``guard`` the pusher's view when writes are checked. A
+    write to a row nobody has takes a shortcut (its stored state is precomputed); the outcome
+    equals merging every delta in order. Pure: ``loaded`` is not modified.
     """
     fresh_ids = set(loaded.fresh_ids)
     states = dict(loaded.states)
@@ -60,6 +70,7 @@ def plan_push(
     known: dict[str, set[str]] | None = None
     duplicates = 0
     added_bytes = 0
+    refused: list[int] = []
     for i, d in enumerate(deltas):
         key = keys[i]
         stamped_id = (d.hlc, d.delta_id)
@@ -70,9 +81,15 @@ def plan_push(
                 rows_of.setdefault(key, d)
             continue
         fresh_ids.discard(stamped_id)
-        rows_of[key] = d
+        judge = guard if guard is not None and not guard.writes_unchecked(d.table) else None
         size = prep.sizes[i]
         if prep.new_row_json[i] is not None and key not in states and key not in created:
+            if judge is not None and not judge.may_write(
+                d.table, "insert", None, {c.column: c.value for c in d.columns}
+            ):
+                _refuse(i, key, d, states, rows_of, bump, refused)
+                continue
+            rows_of[key] = d
             # A write to a row nobody has: every column wins, the row is born with it.
             cursor += 1
             added_bytes += size
@@ -88,7 +105,12 @@ def plan_push(
         else:
             if key in created:
                 states[key] = merge_delta(None, deltas[created.pop(key)]).state
-            outcome = merge_delta(states.get(key), d)
+            before = states.get(key)
+            outcome = merge_delta(before, d)
+            if judge is not None and not _permitted(judge, d, before, outcome.state):
+                _refuse(i, key, d, states, rows_of, bump, refused)
+                continue
+            rows_of[key] = d
             states[key] = outcome.state
             if outcome.op is not None:
                 cursor += 1
@@ -127,8 +149,45 @@ def plan_push(
         else:
             rows.append(_row_write(key, d, states[key], pos))
     return PushPlan(
-        entries, entries_json, rows, list(bump), new_columns, duplicates, added_bytes, cursor
-    )
+        entries, entries_json, rows, list(bump), new_columns, duplicates, added_bytes, cursor,
+        refused,
+    )  # fmt: skip
+
+
+def _permitted(guard: ClientView, d: RowDelta, before: RowState | None, after: RowState) -> bool:
+    """Whether the pusher may take the row from ``before`` to ``after`` (the merged state).
+
+    The operation is judged on the row, not on the delta's ``op``: a write that makes a row
+    live is an insert, one that changes a live row an update, one that ends it a delete. A
+    delta that leaves a row dead that was dead (a delete of an unknown row, a write that lost
+    to a newer delete) needs the table to allow its kind of operation at all.
+    """
+    old = before.values() if before is not None and before.live else None
+    new = after.values() if after.live else None
+    if new is not None:
+        op = "update" if old is not None else "insert"
+    elif old is not None:
+        op = "delete"
+    else:
+        op = "delete" if d.op == DELETE else "insert"
+    return guard.may_write(d.table, op, old, new)
+
+
+def _refuse(
+    i: int,
+    key: str,
+    d: RowDelta,
+    states: dict[str, RowState],
+    rows_of: dict[str, RowDelta],
+    bump: dict[str, None],
+    refused: list[int],
+) -> None:
+    """Record delta ``i`` as refused and re-announce its row to the pusher: the row as it is,
+    or, if nobody has it, an empty tombstone (a ``DELETE`` for a pusher that holds it)."""
+    refused.append(i)
+    rows_of.setdefault(key, d)
+    states.setdefault(key, RowState())
+    bump[key] = None
 
 
 def plan_append(

@@ -15,8 +15,9 @@ once for every client that shares a view and a starting position:
 1. :func:`view_rows` — what the *view* (rules and claims) makes of the rows after the start:
    each row is sent whole (:data:`SEND`), sent as a ``DELETE`` to everyone (:data:`GONE`: a
    deleted row of a table the view shows whole), sent as a ``DELETE`` only to a client that
-   may hold it (:data:`MAYBE`: deleted or outside the view, in a filtered table), or skipped
-   (a table the view cannot show). Rows are read until every client's page has ended.
+   may hold it (:data:`MAYBE`: deleted or outside the view, in a filtered table or one the
+   view cannot show at all — a client holds such a row only if it wrote it, and the write was
+   refused). Rows are read until every client's page has ended.
 2. :func:`page_rows` — what one *client* receives: its records decide the :data:`MAYBE` rows,
    and the page ends where its deltas would pass the limit.
 
@@ -140,12 +141,13 @@ def view_rows(
                 unfiltered[table] = view.table_unfiltered(table)
                 if not unfiltered[table] and not view.table_visible(table):
                     hidden.add(table)
-            if table in hidden:
-                out.end = row.position
-                continue
             live = bool(row.state.columns)
             if unfiltered[table]:
                 kind, need = (SEND, per_row) if live else (GONE, 1)
+            elif table in hidden:
+                # Only a client that wrote the row holds it (its write was refused, as
+                # every write to a table outside its view is): it is sent the DELETE.
+                kind, need = MAYBE, 0
             elif live and view.row_visible(table, row.state.values()):
                 kind, need = SEND, per_row
             else:

@@ -20,7 +20,7 @@ from ..core.checkpoint import (
     decode_manifest,
 )
 from ..core.delta import DELETE, RowDelta
-from ..core.errors import AdapterError, ValidationError
+from ..core.errors import AdapterError, ValidationError, WriteForbiddenError
 from ..core.merge import RowState
 from ..core.schema import TableSchema
 from ..core.sync_rules import Claims, ClientView, SyncRules
@@ -35,7 +35,7 @@ from .prepare import check_backlog, check_deltas, prepare
 from .pull import cut_page
 from .source_pull import DeltaLog, SourceCursor, SourceRows
 
-__all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "ServedCheckpoint", "SyncService"]
+__all__ = ["INGEST_CLIENT_PREFIX", "PushResult", "Refusal", "ServedCheckpoint", "SyncService"]
 
 _CONFIG_TTL_S = 1.0
 INGEST_CLIENT_PREFIX = "ingest:"
@@ -43,11 +43,33 @@ INGEST_CLIENT_PREFIX = "ingest:"
 
 
 @dataclass(frozen=True, slots=True)
+class Refusal:
+    """A delta of a push the sync rules did not let the client write, and why.
+
+    The message says whether the table is closed to the client's writes or only this row; it
+    never says whether the row exists (a hidden row and a missing one are refused alike).
+    """
+
+    delta: RowDelta
+    error: WriteForbiddenError
+
+
+def _refusal(view: ClientView, d: RowDelta) -> Refusal:
+    if not view.table_writable(d.table):
+        message = f'Table "{d.table}" is not writable by this client under the sync rules'
+    else:
+        message = f'The sync rules do not let this client write row "{d.row_id}" of "{d.table}"'
+    return Refusal(d, WriteForbiddenError(message))
+
+
+@dataclass(frozen=True, slots=True)
 class PushResult:
     """Outcome of one push: ``accepted`` counts new and duplicate deltas; ``entries`` were added.
 
     ``server_hlc`` is the cursor the client last pulled from (0 if it never pulled);
-    ``head`` the gateway's last cursor after the push (rows it moved end at or before it).
+    ``head`` the gateway's last cursor after the push (rows it moved end at or before it);
+    ``refused`` the deltas the sync rules did not let the client write (not counted in
+    ``accepted``; their rows are re-announced to the client).
     """
 
     accepted: int
@@ -55,6 +77,7 @@ class PushResult:
     entries: tuple[WalEntry, ...]
     server_hlc: int
     head: int = 0
+    refused: tuple[Refusal, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +154,15 @@ class SyncService:
         cfg = self.config(gw)
         prep = prepare(cfg, client_id, deltas, now, any_client_ids=any_client_ids)
         held: list[str] = []
-        if cfg.has_filters:
-            # A client that wrote a row may hold it from now on. A pushed DELETE proves
-            # nothing (deliveries may have re-created the row locally since): never narrow
-            # what a client may hold on push, only on confirmed deliveries.
-            view = ClientView(cfg.rules, claims or {})
+        view = cfg.client_view(claims or {}, cfg.view_key(claims or {}))
+        # An admin token (or auth off) writes anything, as Postgres's BYPASSRLS role does.
+        guard = None if any_client_ids or not cfg.checks_writes else view
+        if cfg.has_filters or guard is not None:
+            # A client that wrote a row may hold it from now on — written or refused: a
+            # refused row is re-announced, and a client that may hold it is sent its
+            # DELETE if it is outside the view. A pushed DELETE proves nothing (deliveries
+            # may have re-created the row locally since): never narrow what a client may
+            # hold on push, only on confirmed deliveries.
             held = [d.key for d in deltas if d.op != DELETE and not view.table_unfiltered(d.table)]
         request = AppendRequest(
             [(d.hlc, d.delta_id) for d in deltas], list(dict.fromkeys(prep.keys)), client_id, held
@@ -144,13 +171,18 @@ class SyncService:
 
         def planner(loaded: LoadedRows) -> PushPlan:
             check_backlog(loaded.counters, limit)
-            return plan_push(columns, loaded, deltas, prep, now)
+            return plan_push(columns, loaded, deltas, prep, now, guard)
 
         commit = self.wal.append_changes(gw, request, planner, now)
         self._learn_columns(cfg, commit.plan)
         plan = commit.plan
         return PushResult(
-            len(deltas), plan.duplicates, tuple(plan.entries), commit.last_since, plan.last_cursor
+            len(deltas) - len(plan.refused),
+            plan.duplicates,
+            tuple(plan.entries),
+            commit.last_since,
+            plan.last_cursor,
+            tuple(_refusal(view, deltas[i]) for i in plan.refused),
         )
 
     def append(self, gw: str, source: str, deltas: Sequence[RowDelta]) -> tuple[WalEntry, ...]:

@@ -65,6 +65,8 @@ class SqlAppend(SqlRows):
         fresh = self._claim_delta_ids(conn, gw, request.stamped_ids)
         states = self._load_rows(conn, gw, request.row_keys)
         plan = planner(LoadedRows(counters, fresh, states))
+        if plan.refused:
+            self._release_delta_ids(conn, gw, [request.stamped_ids[i] for i in plan.refused])
         self._write_plan(conn, gw, plan)
         client_id = request.client_id
         if client_id is None:
@@ -156,6 +158,18 @@ class SqlAppend(SqlRows):
             }
             out = {pair for pair in out if pair[1] not in legacy}
         return out
+
+    def _release_delta_ids(
+        self, conn: Connection, gw: str, stamped_ids: Sequence[tuple[int, str]]
+    ) -> None:
+        """Forget claimed pairs of deltas the plan refused (they were claimed in this
+        transaction, so nothing else has seen them)."""
+        conn.exec_driver_sql(
+            self._sql(
+                "DELETE FROM wal_delta_ids WHERE gateway_id = ? AND hlc = ? AND delta_id = ?"
+            ),
+            [(gw, hlc, delta_id) for hlc, delta_id in stamped_ids],
+        )
 
     def _has_legacy_ids(self, conn: Connection, gw: str) -> bool:
         """Whether ``gw`` has ids from before schema version 2 (none are added since)."""

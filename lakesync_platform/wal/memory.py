@@ -135,7 +135,7 @@ class MemoryWal:
             counters = GatewayCounters(g.last_cursor, g.appended_bytes, g.flushed_bytes)
             plan = planner(LoadedRows(counters, set(fresh), states))
             self._gateways[gw] = g
-            g.delta_ids.update(fresh)
+            g.delta_ids.update(fresh.difference(request.stamped_ids[i] for i in plan.refused))
             g.entries.extend(
                 msgspec.structs.replace(e, columns=decode_columns(js))
                 for e, js in zip(plan.entries, plan.entries_columns_json, strict=True)

@@ -273,6 +273,10 @@ def test_the_first_sync_after_an_outage_pushes_everything(tmp_path: Path) -> Non
 
 
 def test_sync_rules_rows_enter_and_leave_a_clients_view(live: LiveGateway, tmp_path: Path) -> None:
+    """Rows move between views only by writes the rules allow: a client's hand-over or an
+    insert into another's view is refused — reported, dead-lettered with the reason, and
+    reverted to the server's state on the device — while the service (an admin token) moves
+    rows freely."""
     gw = f"gw_{uuid.uuid4().hex[:10]}"
     rules = {
         "version": 1,
@@ -292,7 +296,11 @@ def test_sync_rules_rows_enter_and_leave_a_clients_view(live: LiveGateway, tmp_p
     assert resp.status_code == 200, resp.text
     ann = _client(live, gw, "ann", tmp_path / "ann.db")
     ben = _client(live, gw, "ben", tmp_path / "ben.db")
-    boss = _client(live, gw, "boss", tmp_path / "boss.db")
+    boss = _client(live, gw, "boss", tmp_path / "boss.db", role="admin")
+    refusals: list[tuple[str, str, str]] = []
+    ben.coordinator.on_refused(
+        lambda rs: refusals.extend((r.row_id, r.code, r.message) for r in rs)
+    )
     try:
         boss.tracker.insert("todos", "t1", {"title": "for ann", "owner": "ann"})
         boss.tracker.insert("todos", "t2", {"title": "for ben", "owner": "ben"})
@@ -303,22 +311,45 @@ def test_sync_rules_rows_enter_and_leave_a_clients_view(live: LiveGateway, tmp_p
         assert set(ben.tracker.all("todos")) == {"t2"}
         assert boss.tracker.all("todos") == {}  # boss's own rows left boss's view
 
-        ben.tracker.update("todos", "t2", {"owner": "ann"})  # hand it over
-        ben.sync_once()
-        assert ben.tracker.all("todos") == {}  # left ben's view
+        ben.tracker.update("todos", "t2", {"owner": "ann", "title": "yours"})  # a hand-over
+        ben.tracker.insert("todos", "t9", {"title": "planted", "owner": "ann"})
+        # zed's t3, which ben cannot see, by a guessed id: the insert would take it over
+        ben.tracker.insert("todos", "t3", {"title": "guessed", "owner": "ben"})
+        report = ben.sync_once()
+        assert report.dead_lettered == 3
+        assert sorted(r[:2] for r in refusals) == [
+            ("t2", "WRITE_FORBIDDEN"),
+            ("t3", "WRITE_FORBIDDEN"),
+            ("t9", "WRITE_FORBIDDEN"),
+        ]
+        # the messages do not tell zed's hidden t3 from the missing t9
+        assert {m.replace("t3", "tX").replace("t9", "tX") for r, _, m in refusals if r != "t2"} == {
+            'The sync rules do not let this client write row "tX" of "todos"'
+        }
+        dead = {e.delta.row_id: e.last_error for e in ben.coordinator.dead_letters()}
+        assert set(dead) == {"t2", "t3", "t9"}
+        assert all(reason and reason.startswith("WRITE_FORBIDDEN: ") for reason in dead.values())
+        # ben's device holds the server's state again: t2 his, as it was; t3 and t9 gone.
+        assert local_rows(ben) == {"t2": {"title": "for ben", "owner": "ben"}}
         ann.sync_once()
-        assert set(ann.tracker.all("todos")) == {"t1", "t2"}  # entered ann's view
-        assert ann.tracker.get("todos", "t2")["title"] == "for ben"  # type: ignore[index]
+        assert set(ann.tracker.all("todos")) == {"t1"}  # nothing of ben's reached ann
+        assert live.rows(gw)["t2"] == {"title": "for ben", "owner": "ben"}
+        assert "t9" not in live.rows(gw)
+        assert live.rows(gw)["t3"] == {"title": "nobody's", "owner": "zed"}
 
-        ann.tracker.update("todos", "t1", {"owner": "ben"})
+        boss.tracker.insert("todos", "t2", {"title": "for ben", "owner": "ann"})  # the service
+        boss.sync_once()
+        ben.sync_once(), ann.sync_once()
+        assert ben.tracker.all("todos") == {}  # left ben's view
+        assert set(ann.tracker.all("todos")) == {"t1", "t2"}  # entered ann's view
+
         ann.tracker.update("todos", "t2", {"title": "still mine"})
         ann.sync_once(), ben.sync_once()
-        assert set(ann.tracker.all("todos")) == {"t2"}
-        assert local_rows(ben) == {"t1": {"title": "for ann", "owner": "ben"}}
         for c, sub in ((ann, "ann"), (ben, "ben")):
             held = local_rows(c)
             truth = {k: v for k, v in live.rows(gw).items() if v.get("owner") == sub}
             assert held == truth
+        assert local_rows(ann)["t2"] == {"title": "still mine", "owner": "ann"}
     finally:
         for c in (ann, ben, boss):
             c.close()

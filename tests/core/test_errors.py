@@ -31,7 +31,12 @@ PROTOCOL_CODES = [  # PROTOCOL.md §4.2, in the order the OpenAPI document lists
 
 
 def test_the_registry_holds_the_protocol_codes_in_order_then_ours() -> None:
-    assert list(ERRORS_BY_CODE) == [*PROTOCOL_CODES, "SOURCE_NOT_FOUND", "COMMIT_CONFLICT"]
+    assert list(ERRORS_BY_CODE) == [
+        *PROTOCOL_CODES,
+        "SOURCE_NOT_FOUND",
+        "COMMIT_CONFLICT",
+        "WRITE_FORBIDDEN",
+    ]
 
 
 def test_each_code_has_one_class_and_one_status() -> None:
@@ -68,6 +73,7 @@ def test_statuses_match_the_protocol() -> None:
         "INTERNAL_ERROR": 500,
         "SOURCE_NOT_FOUND": 404,
         "COMMIT_CONFLICT": 409,
+        "WRITE_FORBIDDEN": 403,
     }
 
 

@@ -148,8 +148,12 @@ def test_two_users_views_leak_nothing_and_rows_leaving_later_are_retracted(
     notes = {f"note{i:02d}red": "red" for i in range(4)}
     notes |= {f"note{i:02d}blue": "blue" for i in range(3)}
     notes |= {"note00green": "green"}
-    for row_id, team in notes.items():
-        g.push(gw, [g.delta(row_id, {"team": team, "body": row_id}, table="notes")])
+    for row_id, team in notes.items():  # written by the service (an admin token)
+        g.push(
+            gw,
+            [g.delta(row_id, {"team": team, "body": row_id}, table="notes")],
+            headers=g.admin(gw),
+        )
     g.push(gw, [g.delta("todo1", {"title": "shared"})])
     manifest = _write(g, gw, ckpt_root, chunk_bytes=200)
     views = {"alice": ["red"], "bob": ["blue"]}
@@ -170,7 +174,11 @@ def test_two_users_views_leak_nothing_and_rows_leaving_later_are_retracted(
                 assert row_id.encode() not in body, (sub, row_id)
 
     # alice's red note moves to blue after the checkpoint: her pull from its cursor retracts it
-    g.push(gw, [g.delta("note00red", {"team": "blue"}, table="notes", ahead_ms=5)])
+    g.push(
+        gw,
+        [g.delta("note00red", {"team": "blue"}, table="notes", ahead_ms=5)],
+        headers=g.admin(gw),
+    )
     resp, _ = _get(g, gw, "alice", stamped=True, teams=["red"])
     since = resp.headers["x-checkpoint-hlc"]
     page = g.client.get(

@@ -27,7 +27,7 @@ from lakesync_platform.sync.service import SyncService
 from lakesync_platform.testing import GatewayProcess
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.helpers import SECRET, token, wire
-from tests.sim import StampedClient, TsLikeClient
+from tests.sim import Pushed, StampedClient, TsLikeClient
 
 BASE_MS = 1_700_000_000_000
 RULES = {
@@ -53,11 +53,11 @@ class ServiceGateway:
     def __init__(self, service: SyncService, gw: str, rng: random.Random, loss: float) -> None:
         self.service, self.gw, self.rng, self.loss = service, gw, rng, loss
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int:
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> Pushed:
         result = self.service.push(self.gw, client_id, deltas, claims={"sub": client_id})
         if self.rng.random() < self.loss:
             raise LostResponse
-        return result.server_hlc
+        return Pushed(result.server_hlc, frozenset(r.delta.delta_id for r in result.refused))
 
     def pull(
         self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None
@@ -90,13 +90,15 @@ class HttpGateway:
     def _auth(self, client_id: str) -> dict[str, str]:
         return {"Authorization": "Bearer " + token(client_id, self.gw)}
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int:
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> Pushed:
         body = {"clientId": client_id, "deltas": [wire(d) for d in deltas], "lastSeenHlc": "0"}
         r = self.http.post(f"/v1/sync/{self.gw}/push", json=body, headers=self._auth(client_id))
         assert r.status_code == 200, r.text
         if self.rng.random() < self.loss:
             raise LostResponse
-        return int(r.json()["serverHlc"])
+        answer = r.json()
+        refused = frozenset(x["deltaId"] for x in answer.get("refused", ()))
+        return Pushed(int(answer["serverHlc"]), refused)
 
     def pull(
         self, client_id: str, since: int, limit: int, stamped: bool, source: str | None = None

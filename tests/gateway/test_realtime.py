@@ -96,10 +96,12 @@ def closed_with(ws: ClientConnection) -> tuple[int, str]:
     return close.code, close.reason
 
 
-def http_push(proc: GatewayProcess, gw: str, sub: str, deltas: list[RowDelta]) -> httpx.Response:
-    """``POST /v1/sync/{gw}/push`` as ``sub``."""
+def http_push(
+    proc: GatewayProcess, gw: str, sub: str, deltas: list[RowDelta], role: str = "client"
+) -> httpx.Response:
+    """``POST /v1/sync/{gw}/push`` as ``sub`` (with a token of ``role``)."""
     body = {"clientId": sub, "deltas": [wire(d) for d in deltas], "lastSeenHlc": "0"}
-    headers = {"Authorization": "Bearer " + token(sub, gw)}
+    headers = {"Authorization": "Bearer " + token(sub, gw, role=role)}
     return httpx.post(f"{proc.url}/v1/sync/{gw}/push", json=body, headers=headers, timeout=30)
 
 
@@ -303,9 +305,13 @@ def test_broadcast_is_filtered_by_each_sockets_rules(proc: GatewayProcess, gw: s
         bob.until(lambda rows: "b1" in rows)
         assert bob.rows == {"b1": {"owner": "bob"}}  # alice's row never reached bob
         assert all(d.row_id == "b1" for frame_ in bob.frames for d in frame_)
-        # Handed over: it leaves alice's view (a DELETE) and enters bob's (whole).
+        # alice may not hand her row over (it would leave her view): refused, nothing moves.
         handover = delta("alice", "a1", {"owner": "bob", "title": "yours"}, ms=1)
-        assert http_push(proc, gw, "alice", [handover]).is_success
+        refused = http_push(proc, gw, "alice", [handover]).json()["refused"]
+        assert [(r["rowId"], r["code"]) for r in refused] == [("a1", "WRITE_FORBIDDEN")]
+        # Handed over by the service (an admin token): it leaves alice's view (a DELETE) and
+        # enters bob's (whole).
+        assert "refused" not in http_push(proc, gw, "alice", [handover], role="admin").json()
         bob.until(lambda rows: "a1" in rows)
         alice.until(lambda rows: "a1" not in rows)
         assert bob.rows["a1"] == {"owner": "bob", "title": "yours"}

@@ -24,6 +24,7 @@ from lakesync_platform.sync.cursors import split_cursor
 from lakesync_platform.sync.service import SyncService
 from lakesync_platform.wal.store import WriteAheadLog
 from tests.gateway.test_convergence import BASE_MS, RULES, ServiceGateway, drive
+from tests.sim import Pushed
 
 
 class TrimmingGateway(ServiceGateway):
@@ -42,7 +43,7 @@ class TrimmingGateway(ServiceGateway):
             self.wal.trim(self.gw, head, batch=7)
             self.wal.trim_delta_ids(self.gw, 2**62, batch=7)
 
-    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> int:
+    def push(self, client_id: str, deltas: Sequence[RowDelta]) -> Pushed:
         self._maybe_trim()
         return super().push(client_id, deltas)
 

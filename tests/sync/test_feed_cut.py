@@ -64,6 +64,7 @@ class Push:
     row: str
     owner: str | None  # None: a write without the owner column; "-": a DELETE
     title: str
+    admin: bool = False  # with an admin token: the sync rules do not restrict it
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def apply(service: SyncService, n: int, op: Op, cursors: dict[str, int]) -> None
         elif op.owner is not None:
             cols = {"title": op.title, "owner": op.owner}
         delta = make_delta(op.writer, encode(BASE_MS, n), op.table, op.row, cols)
-        service.push(GW, op.writer, [delta], claims=claims(op.writer))
+        service.push(GW, op.writer, [delta], claims=claims(op.writer), any_client_ids=op.admin)
     else:
         since = 0 if op.from_start else cursors.get(op.client, 0)
         page = service.pull(GW, op.client, since, 3, claims=claims(op.client), stamped=op.stamped)
@@ -202,13 +203,14 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WalStore]:
 
 
 def test_a_row_handed_over_leaves_only_the_devices_that_hold_it(store: WalStore) -> None:
-    """alice's a1 holds r0; a2 joined after it (its cursor is past r0, it never got it). carol
-    hands r0 to bob: a1 is sent the DELETE, a2 nothing, bob's devices the row whole, and
-    carol, who wrote it (so may hold it), the DELETE."""
+    """alice's a1 holds r0; a2 joined after it (its cursor is past r0, it never got it). carol,
+    with an admin token (the sync rules would refuse her a row she cannot see), hands r0 to
+    bob: a1 is sent the DELETE, a2 nothing, bob's devices the row whole, and carol, who wrote
+    it (so may hold it), the DELETE."""
     ops: list[Op] = [Push("a1", "todos", "r0", "alice", "x"), Pull("a1", False, True)]
     service, cursors = build(ops, store)
     a2_cursor = compose_cursor(service.config(GW).view_tag(claims("a2")), service.head(GW))
-    ops.append(Push("c1", "todos", "r0", "bob", "y"))  # carol hands it to bob
+    ops.append(Push("c1", "todos", "r0", "bob", "y", admin=True))  # carol hands it to bob
     apply(service, len(ops), ops[-1], cursors)
     wants = [
         FeedWant("a1", cursors["a1"], claims("a1")),
@@ -326,13 +328,14 @@ class PushBetween(MemoryWal):
 
 
 def test_a_row_its_client_writes_while_its_delete_is_cut_is_deleted_again() -> None:
-    """a1 holds r0, which carol hands to bob: a1's page deletes it. a1 writes r0 (its title)
-    before that page's records are saved: its write keeps it locally (newer than the delete),
-    so the push's mark that a1 holds r0 must survive, and the next page deletes r0 again."""
+    """a1 holds r0, which carol (an admin token) hands to bob: a1's page deletes it. a1 writes
+    r0 (its title) before that page's records are saved: the sync rules refuse the write (r0
+    is bob's now), but a1's device holds it again, so the push's mark that a1 holds r0 must
+    survive, and the next page deletes r0 again."""
     wal = PushBetween()
     ops: list[Op] = [Push("a1", "todos", "r0", "alice", "x"), Pull("a1", False, True)]
     service, cursors = build(ops, wal)
-    apply(service, 3, Push("c1", "todos", "r0", "bob", "y"), cursors)
+    apply(service, 3, Push("c1", "todos", "r0", "bob", "y", admin=True), cursors)
     wal.between = lambda: apply(service, 4, Push("a1", "todos", "r0", None, "mine"), cursors)
     (page,) = service.feed_pages(GW, [FeedWant("a1", cursors["a1"], claims("a1"))], 100)
     assert isinstance(page, FeedPage) and [(d.op, d.row_id) for d in page.wire] == [
@@ -342,4 +345,4 @@ def test_a_row_its_client_writes_while_its_delete_is_cut_is_deleted_again() -> N
     assert isinstance(again, FeedPage) and [(d.op, d.row_id) for d in again.wire] == [
         ("DELETE", "r0")
     ]
-    assert again.rows[0][0].hlc == str(encode(BASE_MS, 4))  # stamped with a1's own write
+    assert again.rows[0][0].hlc == str(encode(BASE_MS, 3))  # the row's newest stamp: carol's

@@ -258,6 +258,7 @@ def test_rows_enter_and_leave_a_filtered_view(service: SyncService, gw: str) -> 
             }
         ),
     )
+    # "w" is a service writer (an admin token): the sync rules do not restrict its writes.
     service.push(
         gw,
         "w",
@@ -265,19 +266,22 @@ def test_rows_enter_and_leave_a_filtered_view(service: SyncService, gw: str) -> 
             make_delta("w", h(1), "notes", "n1", {"owner": "alice", "body": "x"}, "INSERT"),
             make_delta("w", h(1), "notes", "n2", {"owner": "bob", "body": "y"}, "INSERT"),
         ],
+        any_client_ids=True,
     )
     alice, cur_a = stamped_rows(service, gw, "alice")
     bob, cur_b = stamped_rows(service, gw, "bob")
     assert alice == {"n1": {"owner": "alice", "body": "x"}}
     assert bob == {"n2": {"owner": "bob", "body": "y"}}
-    service.push(gw, "w", [make_delta("w", h(2), "notes", "n1", {"owner": "bob"})])
+    service.push(
+        gw, "w", [make_delta("w", h(2), "notes", "n1", {"owner": "bob"})], any_client_ids=True
+    )
     alice2, _ = stamped_rows(service, gw, "alice", since=cur_a)
     bob2, _ = stamped_rows(service, gw, "bob", since=cur_b)
     assert alice2 == {"n1": None}  # left alice's view
     assert bob2 == {"n1": {"owner": "bob", "body": "x"}}  # entered bob's, whole
     # carol never held either row: she hears nothing about them, not even a DELETE.
     assert stamped_rows(service, gw, "carol")[0] == {}
-    service.push(gw, "w", [make_delta("w", h(3), "notes", "n2", None)])
+    service.push(gw, "w", [make_delta("w", h(3), "notes", "n2", None)], any_client_ids=True)
     assert stamped_rows(service, gw, "carol")[0] == {}
 
 
