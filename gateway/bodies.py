@@ -22,7 +22,7 @@ from lakesync_platform.core.delta import IDENTIFIER_RE
 from lakesync_platform.core.errors import ERRORS_BY_CODE
 from lakesync_platform.core.hlc import MAX_HLC
 from lakesync_platform.core.schema import CARDINALITIES, COLUMN_TYPES
-from lakesync_platform.core.sync_rules import FILTER_OPS
+from lakesync_platform.core.sync_rules import FILTER_OPS, UNRESTRICTED_WRITES, WRITE_OPS
 from lakesync_platform.core.wire import MAX_DELTAS_PER_PUSH, MAX_ID_LENGTH, WireDelta
 from lakesync_platform.sync.delivery import PulledDelta, StampedInsert
 from lakesync_platform.sync.source_pull import MAX_SOURCE_CURSOR
@@ -318,18 +318,26 @@ class SyncRulesFilter(msgspec.Struct):
 
 
 class SyncRulesBucket(msgspec.Struct):
-    """A named set of rows: rows of ``tables`` (empty: every table) matching every filter."""
+    """A named set of rows: rows of ``tables`` (empty: every table) matching every filter.
+
+    ``write``: the operations a client may apply to the bucket's rows — ``true`` (default:
+    insert, update, delete), ``false`` (read-only) or a list of them (docs/gateway.md,
+    "Security model")."""
 
     name: NonEmpty
     tables: Identifiers
     filters: list[SyncRulesFilter]
+    write: bool | list[Annotated[str, _one_of(WRITE_OPS)]] = True
 
 
 class SyncRulesBody(msgspec.Struct):
-    """The sync rules (PROTOCOL.md §5); bucket names are unique (else 400)."""
+    """The sync rules (PROTOCOL.md §5); bucket names are unique (else 400). ``writes``:
+    ``"rules"`` (default: a push may change only rows the pusher sees, before and after) or
+    ``"unrestricted"`` (the reference's push: any client writes any row)."""
 
     version: Annotated[int, Meta(ge=1)]
     buckets: list[SyncRulesBucket]
+    writes: Annotated[str, _one_of(("rules", UNRESTRICTED_WRITES))] = "rules"
 
 
 class ActionBody(msgspec.Struct, rename="camel"):

@@ -37,6 +37,7 @@ from .ids import js_number
 
 __all__ = [
     "FILTER_OPS",
+    "UNRESTRICTED_WRITES",
     "WRITE_OPS",
     "Bucket",
     "Claims",
