@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -346,6 +346,7 @@ class _CompiledBucket:
     tables: frozenset[str] | None  # None: every table
     tests: tuple[tuple[str, _Test], ...]
     write: frozenset[str]
+    columns: frozenset[str]  # the columns its filters test
 
     def matches(self, row: Mapping[str, Any]) -> bool:
         for column, test in self.tests:
@@ -374,6 +375,7 @@ class ClientView:
                     frozenset(bucket.tables) if bucket.tables else None,
                     tuple((column, test) for column, test in tests if test is not None),
                     bucket.write,
+                    frozenset(column for column, _ in tests),
                 )
             )
         self._buckets = tuple(compiled)
@@ -447,3 +449,24 @@ class ClientView:
         if before is not None and not any(b.matches(before) for b in buckets):
             return False
         return after is None or any(b.matches(after) for b in buckets)
+
+    def may_update(
+        self,
+        table: str,
+        before: Mapping[str, Any],
+        changed: Set[str],
+        after: Callable[[], Mapping[str, Any]],
+    ) -> bool:
+        """:meth:`may_write` of an update that wrote the ``changed`` columns of a live row:
+        when a bucket that holds ``before`` tests none of them, it holds the row after the
+        change too, and ``after`` (the merged row, built on demand) is not looked at."""
+        if self._open:
+            return True
+        buckets = self._writing(table, "update")
+        holding = next((b for b in buckets if b.matches(before)), None)
+        if holding is None:
+            return False
+        if holding.columns.isdisjoint(changed):
+            return True
+        row = after()
+        return any(b.matches(row) for b in buckets)

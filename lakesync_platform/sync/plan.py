@@ -163,6 +163,8 @@ def _permitted(guard: ClientView, d: RowDelta, before: RowState | None, after: R
     to a newer delete) needs the table to allow its kind of operation at all.
     """
     old = before.values() if before is not None and before.live else None
+    if old is not None and after.live:
+        return guard.may_update(d.table, old, {c.column for c in d.columns}, after.values)
     new = after.values() if after.live else None
     if new is not None:
         op = "update" if old is not None else "insert"

@@ -133,6 +133,12 @@ def test_may_write_is_using_and_with_check_over_the_buckets_that_allow_the_opera
     assert not view.may_write("todos", "insert", None, {"x": 1})  # no bucket shows todos
     assert not view.writes_unchecked("notes")
     assert ClientView(None, {}).writes_unchecked("notes")
+    # an update that writes no tested column keeps the row in its bucket: "after" is not built
+    untouched = view.may_update("notes", mine, {"body"}, lambda: pytest.fail("built"))
+    assert untouched
+    away = {"owner": "alice", "state": "done"}
+    assert not view.may_update("notes", mine, {"owner"}, lambda: away)
+    assert view.may_update("notes", mine, {"owner", "state"}, lambda: draft)
 
 
 # ----------------------------------------------------------------------------- pushes
